@@ -1,0 +1,36 @@
+# The course's two commands:  make course  (open the lessons)   make test  (run every test)
+# Both create .venv and install what they need on first use.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: course test install unit lessons student refresh benchmark
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev]"
+	touch $@
+
+course: install
+	$(BIN)/jupyter lab lessons/00_welcome.ipynb
+
+# unit tests on both cores, then every lesson under nbval at one thread (as instructors run them)
+test: unit lessons
+
+unit: install
+	$(BIN)/python -m pytest -n 2 tests
+
+lessons: install
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadfile --nbval lessons
+
+student: install
+	$(BIN)/python -m minirl.course student --out student
+
+refresh: install
+	$(BIN)/python -m minirl.course refresh
+
+benchmark: install
+	$(BIN)/python benchmarks/sampler_vs_hf.py

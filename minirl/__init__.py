@@ -1,0 +1,24 @@
+"""minirl: a small from-scratch engine for learning reinforcement learning for language models.
+
+    import minirl
+    enc = minirl.load_tokenizer()          # tiktoken.Encoding from the course's own BPE ranks
+    model = minirl.load_model("base")      # the tiny GPT pretrained on the tiny world
+    out = minirl.sample(model, ["q: 17+25= a:"], max_new_tokens=6, group_size=8)
+    out.texts, out.logprobs, out.mask      # completions and their RL tensors
+
+Modules: ops (masked reductions, log-probs), grammar (the world's validators), rewards (reward
+functions), datasets (the world's files), model, sampling, evaluate, check (exercise checkers),
+notebook (lesson setup), micro (the enumerable micro world).
+"""
+from . import check, datasets, evaluate, grammar, micro, ops, rewards
+from .model import GPT, GPTConfig, KVCache, load_model
+from .notebook import setup
+from .paths import DataError
+from .sampling import Rollout, completion_logprobs, sample, sample_tokens
+from .tokenizer import load_tokenizer
+
+__all__ = [
+    "GPT", "GPTConfig", "KVCache", "Rollout", "DataError", "check", "completion_logprobs", "datasets",
+    "evaluate", "grammar", "load_model", "load_tokenizer", "micro", "ops", "rewards", "sample",
+    "sample_tokens", "setup",
+]

@@ -1,0 +1,113 @@
+"""Exercise checkers: `minirl.check.<name>(student_fn)`.
+
+Each checker runs the student's function on a fixed set of cases, edge cases included, compares
+with a reference written independently of the student's path (exact arithmetic where possible),
+and prints one clear line: PASS with the largest difference, or FAIL with the first failing
+cases. It never raises, so a notebook with an unfinished exercise still runs to the end. It
+returns None on purpose: a returned value would be displayed after the PASS/FAIL line.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import torch
+
+TOLERANCE = 1e-6
+
+
+def max_difference(got, want) -> float:
+    """Largest absolute difference; NaN in the same places counts as equal, elsewhere as inf."""
+    got = torch.as_tensor(got, dtype=torch.float64)
+    want = torch.as_tensor(want, dtype=torch.float64)
+    if got.shape != want.shape:
+        raise ValueError(f"shape {tuple(got.shape)} but expected {tuple(want.shape)}")
+    if not torch.equal(torch.isnan(got), torch.isnan(want)):
+        return math.inf
+    both = ~torch.isnan(want)
+    if not both.any():
+        return 0.0
+    return float((got[both] - want[both]).abs().max())
+
+
+def run_cases(name: str, student_fn, reference_fn, cases: list[tuple[str, tuple]], tolerance: float = TOLERANCE) -> None:
+    """Compare student_fn(*args) with reference_fn(*args) on each (label, args); print PASS/FAIL."""
+    failures, worst = [], 0.0
+    for label, args in cases:
+        try:
+            got = student_fn(*args)
+        except NotImplementedError:
+            print(f"FAIL {name}: not implemented yet (replace `raise NotImplementedError` with your code)")
+            return
+        except Exception as e:  # a student's bug must not stop the notebook
+            failures.append(f"{label}: raised {type(e).__name__}: {e}")
+            continue
+        try:
+            diff = max_difference(got, reference_fn(*args))
+        except (ValueError, TypeError) as e:
+            failures.append(f"{label}: {e}")
+            continue
+        worst = max(worst, diff)
+        if not diff <= tolerance:
+            failures.append(f"{label}: largest difference {diff:.1e} (tolerance {tolerance:.0e})")
+    if failures:
+        print(f"FAIL {name}: {len(failures)} of {len(cases)} cases wrong")
+        for f in failures[:3]:
+            print(f"  - {f}")
+        return
+    print(f"PASS {name}: {len(cases)} cases, largest difference {worst:.1e}")
+
+
+# ---------------------------------------------------------------- lesson 00
+def _exact_pass_at_k(n: int, c: int, k: int) -> float:
+    """1 - C(n-c, k) / C(n, k) in exact rational arithmetic."""
+    return float(1 - Fraction(math.comb(n - c, k), math.comb(n, k)))
+
+
+PASS_AT_K_CASES = [
+    ("n=16, c=4, k=1", (16, 4, 1)),
+    ("n=16, c=4, k=8", (16, 4, 8)),
+    ("no correct sample (c=0)", (16, 0, 8)),
+    ("all correct (c=n)", (16, 16, 1)),
+    ("fewer wrong than k (n-c < k)", (16, 10, 8)),
+    ("k = n", (16, 1, 16)),
+    ("large n", (200, 3, 100)),
+    ("n=1", (1, 1, 1)),
+]
+
+
+def pass_at_k(student_fn) -> None:
+    """Check pass_at_k(n, c, k): the unbiased estimate of pass@k from n samples with c correct."""
+    run_cases("pass_at_k", student_fn, _exact_pass_at_k, PASS_AT_K_CASES)
+
+
+def _loop_masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None):
+    """A plain float64 loop: the reference for masked_mean."""
+    x, mask = x.double(), mask.double()
+    if dim is None:
+        total = sum(float(a) * float(m) for a, m in zip(x.flatten(), mask.flatten()))
+        count = float(mask.sum())
+        return torch.tensor(total / count if count else math.nan)
+    out = []
+    for row_x, row_m in zip(x, mask):  # dim=1 on a 2-D tensor
+        count = float(row_m.sum())
+        out.append(sum(float(a) * float(m) for a, m in zip(row_x, row_m)) / count if count else math.nan)
+    return torch.tensor(out)
+
+
+def _masked_mean_cases() -> list[tuple[str, tuple]]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 6, generator=g)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]]).float()
+    big = x * 1e6
+    return [
+        ("all ones, dim=None", (x, torch.ones_like(x))),
+        ("padded rows, dim=None", (x, mask)),
+        ("padded rows, dim=1 (an all-padding row gives NaN)", (x, mask, 1)),
+        ("large values, dim=1", (big, mask, 1)),
+    ]
+
+
+def masked_mean(student_fn) -> None:
+    """Check masked_mean(x, mask, dim=None) = sum(x*mask)/sum(mask), NaN for an all-masked slice."""
+    run_cases("masked_mean", student_fn, _loop_masked_mean, _masked_mean_cases())

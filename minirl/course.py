@@ -1,0 +1,93 @@
+"""Instructor commands for the lessons.
+
+    python -m minirl.course refresh [lessons/NN_x.ipynb ...]   # re-execute headlessly, store outputs
+    python -m minirl.course student [--out student/]           # write student versions
+
+`refresh` runs each lesson top to bottom in a fresh kernel with one thread and progress bars
+off (MINIRL_PROGRESS=0), stores the outputs in place, and prints each lesson's runtime.
+
+`student` copies every lesson with each solution block, the lines from `### BEGIN SOLUTION` to
+`### END SOLUTION`, replaced by `raise NotImplementedError(...)` at the same indentation, and all
+outputs cleared. Solutions live only inside function bodies, so the student version still runs
+end to end: the checkers print FAIL and the experiments use minirl's own functions.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+from pathlib import Path
+
+import nbformat
+
+LESSONS = Path(__file__).resolve().parent.parent / "lessons"
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+STUB = 'raise NotImplementedError("exercise: write your solution here")'
+
+
+def lesson_paths(paths: list[str]) -> list[Path]:
+    return [Path(p) for p in paths] if paths else sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def strip_solutions(source: str) -> str:
+    """Replace each solution block in a cell's source with a stub at the block's indentation."""
+    pattern = re.compile(rf"^([ \t]*){re.escape(BEGIN)}[^\n]*\n.*?^[ \t]*{re.escape(END)}[^\n]*(\n|$)", re.M | re.S)
+    return pattern.sub(lambda m: f"{m.group(1)}{STUB}\n", source)
+
+
+def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            if BEGIN in cell.source and END not in cell.source:
+                raise ValueError(f"cell has {BEGIN!r} without {END!r}:\n{cell.source[:200]}")
+            cell.source = strip_solutions(cell.source)
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def strip_widgets(nb: nbformat.NotebookNode) -> None:
+    """Drop widget state and widget views: stored, they only show 'model not found'."""
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if "application/vnd.jupyter.widget-view+json" not in o.get("data", {})]
+
+
+def execute(path: Path, timeout: int = 600) -> float:
+    """Run a notebook in place in a fresh kernel (one thread, no progress bars); return seconds."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MINIRL_PROGRESS="0")
+    start = time.time()
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    seconds = time.time() - start
+    strip_widgets(nb)
+    nbformat.write(nb, path)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Instructor commands for the lessons.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    refresh = sub.add_parser("refresh", help="re-execute lessons headlessly and store their outputs")
+    refresh.add_argument("paths", nargs="*")
+    student = sub.add_parser("student", help="write student versions with solutions stubbed out")
+    student.add_argument("paths", nargs="*")
+    student.add_argument("--out", default="student")
+    args = parser.parse_args()
+
+    if args.command == "refresh":
+        for path in lesson_paths(args.paths):
+            print(f"{path.name}: {execute(path):.1f} s at one thread", flush=True)
+    else:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for path in lesson_paths(args.paths):
+            nbformat.write(student_version(nbformat.read(path, as_version=4)), out / path.name)
+            print(f"wrote {out / path.name}")
+
+
+if __name__ == "__main__":
+    main()

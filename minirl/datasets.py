@@ -1,0 +1,46 @@
+"""Loading the tiny world's files from data/world/ (each checked against the manifest)."""
+from __future__ import annotations
+
+import json
+
+from .grammar import FAMILIES
+from .paths import verified_path
+
+SPLITS = ("train", "test")
+
+
+def _check(family: str | None = None, split: str | None = None) -> None:
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; known families: {', '.join(FAMILIES)}")
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; use one of {SPLITS}")
+
+
+def _jsonl(relpath: str) -> list[dict]:
+    return [json.loads(line) for line in verified_path(relpath).read_text().splitlines()]
+
+
+def load_corpus(family: str) -> list[str]:
+    """Pretraining documents of one family (full texts, without EOS)."""
+    _check(family)
+    return verified_path(f"world/corpus_{family}.txt").read_text().splitlines()
+
+
+def load_prompts(family: str, split: str = "test") -> list[dict]:
+    """Prompt records ({'prompt': ..., plus family fields such as 'answer' or 'start'}) of a split.
+
+    Arithmetic 'test' prompts use operand pairs that never appear in the corpus (in either order).
+    """
+    _check(family, split)
+    return [r for r in _jsonl(f"world/prompts_{family}.jsonl") if r.pop("split") == split]
+
+
+def load_preferences(split: str = "train") -> list[dict]:
+    """Order preference pairs {'prompt', 'chosen', 'rejected'}, labelled by a noisy Bradley-Terry annotator."""
+    _check(split=split)
+    return [r for r in _jsonl("world/order_prefs.jsonl") if r.pop("split") == split]
+
+
+def load_demos() -> list[dict]:
+    """Expert plans {'prompt', 'completion'}, sampled from p(plan) ∝ exp(R(plan))."""
+    return _jsonl("world/plan_demos.jsonl")

@@ -1,0 +1,75 @@
+"""Masked reductions and per-token log-probabilities: the small tensor functions every loss uses.
+
+Conventions: `mask` has the shape of `x` and holds 0/1 (float or bool); a reduction over a slice
+whose mask is all zero returns NaN, like the mean of an empty tensor. Losses built on these
+raise a clear error on all-masked rows instead (they know what a row means; these don't).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def _check_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    if mask.shape != x.shape:
+        raise ValueError(f"mask shape {tuple(mask.shape)} does not match x shape {tuple(x.shape)}")
+    if mask.dtype != torch.bool and not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("mask must hold only 0 and 1 (got other values); pass a 0/1 or boolean mask")
+    return mask.to(x.dtype)
+
+
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """sum(x * mask) over `dim` (all elements if None). Masked-out entries never contribute,
+    even when they are inf or NaN."""
+    m = _check_mask(x, mask)
+    x = torch.where(m.bool(), x, torch.zeros_like(x))
+    return x.sum() if dim is None else x.sum(dim)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """sum(x * mask) / sum(mask) over `dim` (all elements if None); NaN where sum(mask) == 0."""
+    m = _check_mask(x, mask)
+    count = m.sum() if dim is None else m.sum(dim)
+    return masked_sum(x, mask, dim) / count  # 0 / 0 = NaN for an all-masked slice
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of the masked entries of x (all dims); with `unbiased`, divides by count - 1."""
+    mean = masked_mean(x, mask)
+    count = _check_mask(x, mask).sum()
+    var = masked_sum((x - mean) ** 2, mask)
+    return var / (count - 1) if unbiased else var / count
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / sqrt(var + eps) over the masked entries (unbiased variance); masked-out
+    entries are returned as 0. With `shift_mean=False` the mean is added back (scale only).
+
+    Needs at least two unmasked entries (the unbiased variance of one value is undefined).
+    """
+    m = _check_mask(x, mask)
+    if m.sum() < 2:
+        raise ValueError("masked_whiten needs at least two unmasked entries")
+    mean, var = masked_mean(x, mask), masked_var(x, mask)
+    white = (x - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        white = white + mean
+    return torch.where(m.bool(), white, torch.zeros_like(white))
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[token]: logits (..., V), tokens (...) -> (...). Stable for large logits."""
+    if logits.shape[:-1] != tokens.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} need shape tokens.shape + (V,); tokens are {tuple(tokens.shape)}")
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return logp.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy -sum p log p of softmax(logits) over the last dim: (..., V) -> (...).
+
+    Written as logsumexp(z) - sum(p z), which stays finite when some logits are -inf or huge.
+    """
+    z = logits.float()
+    p = torch.softmax(z, dim=-1)
+    pz = torch.where(p > 0, p * z, torch.zeros_like(z))  # 0 * -inf would be NaN
+    return torch.logsumexp(z, dim=-1) - pz.sum(dim=-1)

@@ -1,0 +1,210 @@
+"""Batched sampling with a KV cache, and scoring of the sampled completions.
+
+`sample` (text in, `Rollout` out) sits on `sample_tokens` (token ids in). The engine:
+
+1. left-pads the prompts into one batch and prefills the cache once per prompt;
+2. for group sampling, copies each prompt's cache to its `group_size` rows (a real copy);
+3. decodes one token per step for every row, from softmax(logits / temperature) restricted to
+   the top k, with an explicit `torch.Generator`;
+4. stops a row at EOS and the batch when every row has stopped or `max_new_tokens` is reached.
+
+RL tensors follow the course conventions: completion-only, (B, T) over generated positions;
+`mask` is 1 on generated tokens up to and including EOS and 0 on the padding after it;
+`logprobs` are log-probabilities of the sampled tokens under the distribution actually sampled
+from (temperature and top-k applied; 0 at temperature 0, where sampling is a point mass).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .model import GPT, KVCache
+from .tokenizer import PAD, load_tokenizer
+
+
+@dataclass
+class Rollout:
+    prompt_tokens: torch.Tensor  # (B, P) left-padded prompt ids, one row per completion
+    prompt_mask: torch.Tensor  # (B, P) 1 on real prompt tokens, 0 on left padding
+    tokens: torch.Tensor  # (B, T) completion ids; pad id after EOS
+    logprobs: torch.Tensor  # (B, T) log-prob of each sampled token; 0 where mask is 0
+    mask: torch.Tensor  # (B, T) float: 1 up to and including EOS, 0 after
+    truncated: torch.Tensor  # (B,) bool: True if the row hit max_new_tokens before EOS
+    group_size: int = 1
+    prompts: list[str] | None = None  # (B,) prompt text per row (repeated group_size times)
+    texts: list[str] | None = None  # (B,) completion text per row, without EOS
+
+    def sequences(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Prompt + completion as one batch: ids (B, P+T), key_mask (B, P+T), positions (B, P+T)."""
+        ids = torch.cat([self.prompt_tokens, self.tokens], dim=1)
+        key_mask = torch.cat([self.prompt_mask, torch.ones_like(self.mask)], dim=1)
+        return ids, key_mask, positions_from_mask(key_mask)
+
+
+def positions_from_mask(key_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids for left-padded rows: 0 at each row's first real token (padding gets 0)."""
+    return (key_mask.long().cumsum(dim=1) - 1).clamp(min=0)
+
+
+def left_pad(prompts: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists -> left-padded ids (N, P) and mask (N, P)."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    P = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), P), pad, dtype=torch.long, device=device)
+    mask = torch.zeros((len(prompts), P), dtype=torch.long, device=device)
+    for i, p in enumerate(prompts):
+        ids[i, P - len(p) :] = torch.tensor(p, dtype=torch.long, device=device)
+        mask[i, P - len(p) :] = 1
+    return ids, mask
+
+
+def sampling_logprobs(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
+    """Log-probabilities (..., V) of the distribution sampled from: softmax(logits / T) on the top k."""
+    if temperature <= 0:
+        raise ValueError("sampling_logprobs needs temperature > 0 (temperature 0 is greedy)")
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def next_token(logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row from logits (B, V); returns tokens (B,) and their log-probs (B,)."""
+    if temperature == 0:
+        return logits.argmax(dim=-1), torch.zeros(logits.size(0), device=logits.device)
+    logp = sampling_logprobs(logits, temperature, top_k)
+    tokens = inverse_cdf_sample(logp.exp(), generator)
+    return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+def inverse_cdf_sample(probs: torch.Tensor, generator) -> torch.Tensor:
+    """One draw per row of probs (B, V) from a single uniform number per row.
+
+    Token i is chosen when u * total falls in [cdf[i-1], cdf[i]), so a zero-probability token
+    (an empty interval) can never be chosen. `torch.multinomial` draws one random number per
+    vocabulary entry instead, which dominates a decoding step on a CPU.
+    """
+    cdf = probs.cumsum(dim=-1)  # (B, V)
+    u = torch.rand(probs.size(0), 1, generator=generator, device=probs.device, dtype=cdf.dtype)
+    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)
+
+
+@torch.no_grad()
+def sample_tokens(
+    model: GPT,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    eos_token_id: int | None,
+    pad_token_id: int = 0,
+    group_size: int = 1,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Rollout:
+    """Sample `group_size` completions of up to `max_new_tokens` tokens for each prompt (token ids).
+
+    With `eos_token_id=None` every row runs to exactly `max_new_tokens`. Rows are ordered
+    prompt by prompt: rows [i*G, (i+1)*G) are prompt i's group.
+    """
+    if group_size < 1 or max_new_tokens < 1:
+        raise ValueError(f"group_size and max_new_tokens must be >= 1, got {group_size} and {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    device = next(model.parameters()).device
+    ids, pmask = left_pad(prompts, pad_token_id, device)
+    N, P = ids.shape
+    if P + max_new_tokens > model.config.n_ctx:
+        raise ValueError(
+            f"prompt of {P} tokens + max_new_tokens={max_new_tokens} exceeds the context window "
+            f"n_ctx={model.config.n_ctx}; shorten the prompt or ask for fewer new tokens"
+        )
+    ragged = bool((pmask == 0).any())
+    # 1. prefill: one forward pass per prompt, filling its cache
+    cache = KVCache.empty(model.config, N, P + max_new_tokens, device=device, dtype=model.wte.weight.dtype)
+    logits = model(ids, positions=positions_from_mask(pmask), key_mask=pmask if ragged else None, cache=cache)[:, -1]
+    # 2. copy each prompt's cache (and its last logits) to its group's rows
+    B = N * group_size
+    if group_size > 1:
+        cache = cache.repeat_interleave(group_size)
+        logits = logits.repeat_interleave(group_size, dim=0)
+    ids, pmask = ids.repeat_interleave(group_size, dim=0), pmask.repeat_interleave(group_size, dim=0)
+    key_mask = torch.cat([pmask, torch.ones(B, max_new_tokens, dtype=torch.long, device=device)], dim=1) if ragged else None
+    position = pmask.sum(dim=1)  # (B,) position id of the next token
+    # 3. decode
+    tokens = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros(B, max_new_tokens, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    T = max_new_tokens
+    for t in range(max_new_tokens):
+        tok, logp = next_token(logits, temperature, top_k, generator)
+        tokens[:, t] = tok.masked_fill(done, pad_token_id)
+        logprobs[:, t] = logp.masked_fill(done, 0.0)
+        if eos_token_id is not None:
+            done = done | (tok == eos_token_id)
+            if bool(done.all()):
+                T = t + 1
+                break
+        if t + 1 < max_new_tokens:
+            km = key_mask[:, : cache.length + 1] if ragged else None
+            logits = model(tokens[:, t : t + 1], positions=(position + t)[:, None], key_mask=km, cache=cache)[:, -1]
+    tokens, logprobs = tokens[:, :T], logprobs[:, :T]
+    mask = completion_mask(tokens, eos_token_id)
+    return Rollout(ids, pmask, tokens, logprobs, mask, truncated=~done, group_size=group_size)
+
+
+def completion_mask(tokens: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:
+    """(B, T) float mask: 1 on tokens up to and including the first EOS, 0 after it."""
+    if eos_token_id is None:
+        return torch.ones_like(tokens, dtype=torch.float)
+    is_eos = (tokens == eos_token_id).long()
+    after_eos = (is_eos.cumsum(dim=1) - is_eos) > 0  # strictly after the first EOS
+    return (~after_eos).float()
+
+
+def sample(
+    model: GPT,
+    prompts: list[str],
+    *,
+    max_new_tokens: int,
+    group_size: int = 1,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    tokenizer=None,
+) -> Rollout:
+    """Sample completions for text prompts; returns a `Rollout` with `prompts` and `texts` filled.
+
+    tokenizer: defaults to the course tokenizer; EOS is its `eot_token`, padding its PAD token.
+    """
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a list of strings, not a single string")
+    enc = tokenizer or load_tokenizer()
+    eos = enc.eot_token
+    rollout = sample_tokens(
+        model, enc.encode_ordinary_batch(prompts), max_new_tokens=max_new_tokens, eos_token_id=eos,
+        pad_token_id=enc.encode_single_token(PAD), group_size=group_size, temperature=temperature,
+        top_k=top_k, generator=generator,
+    )
+    rollout.prompts = [p for p in prompts for _ in range(group_size)]
+    rollout.texts = [decode_completion(enc, row, eos) for row in rollout.tokens.tolist()]
+    return rollout
+
+
+def decode_completion(enc, tokens: list[int], eos: int) -> str:
+    """Text of a completion's tokens up to, not including, the first EOS."""
+    return enc.decode(tokens[: tokens.index(eos)] if eos in tokens else tokens)
+
+
+def completion_logprobs(model: GPT, rollout: Rollout, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
+    """Log-probs (B, T) of the rollout's completion tokens under `model`, from one fresh forward
+    pass over prompt + completion (with gradients, if enabled); 0 where the mask is 0."""
+    ids, key_mask, positions = rollout.sequences()
+    P = rollout.prompt_tokens.size(1)
+    logits = model(ids[:, :-1], positions=positions[:, :-1], key_mask=key_mask[:, :-1])  # (B, P+T-1, V)
+    logp = sampling_logprobs(logits[:, P - 1 :], temperature, top_k)  # predicts completion tokens
+    chosen = logp.gather(2, rollout.tokens[:, :, None]).squeeze(2)  # (B, T)
+    return torch.where(rollout.mask.bool(), chosen, torch.zeros_like(chosen))  # padding may be -inf under top-k
