@@ -5,7 +5,7 @@
 Settings pinned by COURSE.md: a randomly initialised GPT-2 layout (width 128, 4 layers, 4 heads,
 vocabulary 512, fp32), the same weights in both (our model exported with `minirl.export`),
 batch 64, a 16-token prompt, exactly 32 new tokens, temperature 1 with no top-k/top-p, the
-same thread count, median of several timed runs after warm-up. Target: at least 2x HF.
+same thread count, median of 15 alternating timed runs after warm-up. Target: at least 2x HF.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from minirl.model import GPT, GPTConfig
 from minirl.sampling import sample_tokens
 
 BATCH, PROMPT, NEW, VOCAB = 64, 16, 32, 512
-WARMUP, REPEATS = 2, 9
+WARMUP, REPEATS = 2, 15
 
 
 def cpu_name() -> str:
@@ -37,15 +37,19 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def median_seconds(fn) -> float:
+def median_seconds(*fns) -> list[float]:
+    """Median wall time of each function; the functions alternate within every repeat, so a
+    slow spell of the machine hits all of them alike."""
     for _ in range(WARMUP):
-        fn()
-    times = []
+        for fn in fns:
+            fn()
+    times = [[] for _ in fns]
     for _ in range(REPEATS):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, t in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
 
 def run(threads: int) -> dict:
@@ -68,7 +72,7 @@ def run(threads: int) -> dict:
             )
         assert out.shape == (BATCH, PROMPT + NEW)
 
-    hf_s, ours_s = median_seconds(hf_step), median_seconds(ours_step)
+    hf_s, ours_s = median_seconds(hf_step, ours_step)
     tokens = BATCH * NEW
     return {
         "threads": threads,

@@ -35,24 +35,25 @@ class GPTConfig:
 class KVCache:
     """Keys and values of every layer for a batch, preallocated to `max_len` slots.
 
-    k, v: (n_layer, B, n_head, max_len, head_dim); slots [0, length) are filled.
+    kv: (n_layer, 2, B, n_head, max_len, head_dim), keys at [:, 0] and values at [:, 1];
+    slots [0, length) are filled. One tensor, so each step writes a layer's keys and values
+    with a single copy.
     """
 
-    def __init__(self, k: torch.Tensor, v: torch.Tensor, length: int = 0):
-        self.k, self.v, self.length = k, v, length
+    def __init__(self, kv: torch.Tensor, length: int = 0):
+        self.kv, self.length = kv, length
 
     @classmethod
     def empty(cls, config: GPTConfig, batch: int, max_len: int, device=None, dtype=None) -> "KVCache":
         if max_len > config.n_ctx:
             raise ValueError(f"a cache of {max_len} slots exceeds the context window n_ctx={config.n_ctx}")
-        head_dim = config.n_embd // config.n_head
-        shape = (config.n_layer, batch, config.n_head, max_len, head_dim)
-        return cls(torch.empty(shape, device=device, dtype=dtype), torch.empty(shape, device=device, dtype=dtype))  # unfilled slots are never read
+        shape = (config.n_layer, 2, batch, config.n_head, max_len, config.n_embd // config.n_head)
+        return cls(torch.empty(shape, device=device, dtype=dtype))  # unfilled slots are never read
 
     def repeat_interleave(self, repeats: int) -> "KVCache":
         """A new cache with each row copied `repeats` times (a real copy, not an expanded view,
         so one row's later writes never leak into its siblings)."""
-        return KVCache(self.k.repeat_interleave(repeats, dim=1), self.v.repeat_interleave(repeats, dim=1), self.length)
+        return KVCache(self.kv.repeat_interleave(repeats, dim=2), self.length)
 
 
 def attention_mask(key_mask: torch.Tensor | None, start: int, t: int, s: int, device) -> torch.Tensor | None:
@@ -88,14 +89,13 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, mask, cache: KVCache | None, layer: int):
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        # (B, T, C) -> (B, n_head, T, head_dim)
-        q, k, v = (z.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for z in (q, k, v))
+        # (B, T, 3C) -> (3, B, n_head, T, head_dim): queries, keys, values
+        qkv = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
         if cache is not None:
             start = cache.length
-            cache.k[layer, :, :, start : start + T] = k
-            cache.v[layer, :, :, start : start + T] = v
-            k, v = cache.k[layer, :, :, : start + T], cache.v[layer, :, :, : start + T]
+            cache.kv[layer, :, :, :, start : start + T] = qkv[1:]
+            k, v = cache.kv[layer, 0, :, :, : start + T], cache.kv[layer, 1, :, :, : start + T]
             is_causal = mask is None and start == 0 and T > 1
         else:
             is_causal = mask is None
@@ -177,8 +177,11 @@ class GPT(nn.Module):
 
     def forward(self, idx, *, positions=None, key_mask=None, cache: KVCache | None = None):
         """Next-token logits (B, T, vocab_size); arguments as in `hidden_states`."""
-        h = self.hidden_states(idx, positions=positions, key_mask=key_mask, cache=cache)
-        return h @ self.wte.weight.T  # tied output layer
+        return self.logits(self.hidden_states(idx, positions=positions, key_mask=key_mask, cache=cache))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The tied output layer: hidden states (..., n_embd) -> logits (..., vocab_size)."""
+        return hidden @ self.wte.weight.T
 
 
 # ---------------------------------------------------------------- checkpoints

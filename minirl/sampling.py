@@ -64,7 +64,8 @@ def sampling_logprobs(logits: torch.Tensor, temperature: float, top_k: int | Non
     """Log-probabilities (..., V) of the distribution sampled from: softmax(logits / T) on the top k."""
     if temperature <= 0:
         raise ValueError("sampling_logprobs needs temperature > 0 (temperature 0 is greedy)")
-    logits = logits / temperature
+    if temperature != 1.0:
+        logits = logits / temperature
     if top_k is not None and top_k < logits.size(-1):
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -125,7 +126,8 @@ def sample_tokens(
     ragged = bool((pmask == 0).any())
     # 1. prefill: one forward pass per prompt, filling its cache
     cache = KVCache.empty(model.config, N, P + max_new_tokens, device=device, dtype=model.wte.weight.dtype)
-    logits = model(ids, positions=positions_from_mask(pmask), key_mask=pmask if ragged else None, cache=cache)[:, -1]
+    hidden = model.hidden_states(ids, positions=positions_from_mask(pmask), key_mask=pmask if ragged else None, cache=cache)
+    logits = model.logits(hidden[:, -1])  # (N, V): only the last position predicts a completion token
     # 2. copy each prompt's cache (and its last logits) to its group's rows
     B = N * group_size
     if group_size > 1:
@@ -137,12 +139,13 @@ def sample_tokens(
     # 3. decode
     tokens = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logprobs = torch.zeros(B, max_new_tokens, device=device)
-    done = torch.zeros(B, dtype=torch.bool, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,) row has emitted EOS
     T = max_new_tokens
     for t in range(max_new_tokens):
         tok, logp = next_token(logits, temperature, top_k, generator)
-        tokens[:, t] = tok.masked_fill(done, pad_token_id)
-        logprobs[:, t] = logp.masked_fill(done, 0.0)
+        if eos_token_id is not None:  # rows that already ended get padding
+            tok, logp = tok.masked_fill(done, pad_token_id), logp.masked_fill(done, 0.0)
+        tokens[:, t], logprobs[:, t] = tok, logp
         if eos_token_id is not None:
             done = done | (tok == eos_token_id)
             if bool(done.all()):

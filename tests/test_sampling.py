@@ -54,10 +54,10 @@ def test_cached_logits_equal_uncached_for_diverging_group_rows(model):
 
 def test_group_cache_copy_is_real(model):
     cache = KVCache.empty(CONFIG, 1, 4)
-    cache.k.zero_()
+    cache.kv.zero_()
     copy = cache.repeat_interleave(2)
-    copy.k[:, 0] += 1.0  # a write to row 0 of the group ...
-    assert copy.k[:, 1].abs().sum() == 0 and cache.k.abs().sum() == 0  # ... reaches neither its sibling nor the original
+    copy.kv[:, :, 0] += 1.0  # a write to row 0 of the group ...
+    assert copy.kv[:, :, 1].abs().sum() == 0 and cache.kv.abs().sum() == 0  # ... reaches neither its sibling nor the original
 
 
 def test_temperature_zero_is_greedy_and_deterministic(model):
