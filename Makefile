@@ -14,8 +14,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e ".[dev]"
 	touch $@
 
+# JupyterLab refuses to start as root (common in containers) unless told it may
 course: install
-	$(BIN)/jupyter lab lessons/00_welcome.ipynb
+	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) lessons/00_welcome.ipynb
 
 # unit tests on both cores, then every lesson under nbval at one thread (as instructors run them)
 test: unit lessons
