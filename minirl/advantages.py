@@ -1,0 +1,79 @@
+"""Returns, advantages and baselines over completion tokens.
+
+Conventions (COURSE.md): tensors are (B, T) over generated positions; `mask` is 1 on generated
+tokens up to and including EOS, 0 on the padding after it. `rewards[:, t]` is the reward for
+choosing token t; `values[:, t]` is V of the prefix *before* token t (the state in which token t
+is chosen). An episode ends at its last action token, whether that is EOS or the token that hit
+the length limit K: K is part of the MDP, so nothing is bootstrapped past it. (Bootstrapping
+would be needed if the limit were a time limit outside the MDP, or if a rollout were cut into
+chunks: then the return at the cut continues with V of the next state.)
+"""
+from __future__ import annotations
+
+import torch
+
+from .ops import _check_mask
+
+
+def _check(rewards: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float = 1.0, values=None) -> torch.Tensor:
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be (B, T), got shape {tuple(rewards.shape)}")
+    m = _check_mask(rewards, mask)
+    if values is not None and values.shape != rewards.shape:
+        raise ValueError(f"values shape {tuple(values.shape)} does not match rewards shape {tuple(rewards.shape)}")
+    for name, x in (("gamma", gamma), ("lam", lam)):
+        if not 0.0 <= x <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {x}")
+    if bool((m.sum(dim=1) == 0).any()):
+        raise ValueError("a row of mask is all zeros: every completion needs at least one token (EOS counts)")
+    return m
+
+
+def reward_to_go(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """G_t = sum_{t' >= t} gamma^(t'-t) r_t' over each row's own tokens: (B, T) -> (B, T), 0 on padding."""
+    m = _check(rewards, mask, gamma)
+    r = rewards * m
+    out = torch.zeros_like(r)
+    running = torch.zeros_like(r[:, 0])
+    for t in reversed(range(r.size(1))):  # padding contributes 0, so a row ends where its mask ends
+        running = r[:, t] + gamma * running
+        out[:, t] = running
+    return out * m
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 0.95):
+    """Generalized advantage estimation (Schulman et al., 2016): returns (advantages, returns), each (B, T).
+
+        delta_t = r_t + gamma * V_{t+1} - V_t        with V_{t+1} = 0 after the last action token
+        A_t     = delta_t + gamma * lam * A_{t+1}    (TD(lambda) on the advantage)
+        returns = A + V                              (the critic's regression target)
+
+    lam = 1 gives the Monte Carlo advantage G_t - V_t; lam = 0 the one-step TD error. Entries on
+    padding are 0 in both outputs.
+    """
+    m = _check(rewards, mask, gamma, lam, values)
+    next_v = torch.zeros_like(values)
+    next_v[:, :-1] = values[:, 1:] * m[:, 1:]  # V of the next state: 0 after each row's last action token
+    delta = torch.where(m.bool(), rewards + gamma * next_v - values, torch.zeros_like(values))
+    adv = torch.zeros_like(delta)
+    running = torch.zeros_like(delta[:, 0])
+    for t in reversed(range(delta.size(1))):  # padding has delta 0, so each row starts at its own end
+        running = delta[:, t] + gamma * lam * running
+        adv[:, t] = running
+    adv = adv * m
+    return adv, (adv + values) * m
+
+
+def prompt_mean_baseline(returns: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The per-prompt mean baseline: each completion's baseline is the mean return of its group
+    (B,) -> (B,). Groups are consecutive blocks of `group_size` rows, as `minirl.sample` orders them.
+
+    The baseline includes the completion's own return, so it is not independent of the sample:
+    the expected gradient is scaled by (G-1)/G (its direction is unchanged); the leave-one-out
+    baseline of lesson 06 removes that.
+    """
+    if returns.dim() != 1:
+        raise ValueError(f"returns must be (B,), got shape {tuple(returns.shape)}")
+    if group_size < 1 or returns.numel() % group_size:
+        raise ValueError(f"group_size {group_size} must be >= 1 and divide the batch size {returns.numel()}")
+    return returns.view(-1, group_size).mean(dim=1).repeat_interleave(group_size)

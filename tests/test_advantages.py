@@ -1,0 +1,130 @@
+"""Returns and GAE against plain float64 loops and against tianshou's published values."""
+import pytest
+import torch
+
+from minirl.advantages import gae, prompt_mean_baseline, reward_to_go
+
+
+def loop_reward_to_go(rewards, lengths, gamma):
+    out = []
+    for row, n in zip(rewards, lengths):
+        row = [float(x) for x in row[:n]]
+        out.append([sum(gamma ** (j - t) * row[j] for j in range(t, n)) for t in range(n)])
+    return out
+
+
+def loop_gae(rewards, values, lengths, gamma, lam):
+    adv_rows = []
+    for r, v, n in zip(rewards, values, lengths):
+        r, v = [float(x) for x in r[:n]], [float(x) for x in v[:n]]
+        deltas = [r[t] + gamma * (v[t + 1] if t + 1 < n else 0.0) - v[t] for t in range(n)]
+        adv_rows.append([sum((gamma * lam) ** (j - t) * deltas[j] for j in range(t, n)) for t in range(n)])
+    return adv_rows
+
+
+def padded(rows, T):
+    x = torch.zeros(len(rows), T, dtype=torch.float64)
+    m = torch.zeros(len(rows), T, dtype=torch.float64)
+    for i, row in enumerate(rows):
+        x[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
+        m[i, : len(row)] = 1
+    return x, m
+
+
+@pytest.fixture
+def batch():
+    g = torch.Generator().manual_seed(0)
+    lengths = [5, 3, 1, 5]
+    rewards = torch.randn(4, 5, generator=g, dtype=torch.float64)
+    values = torch.randn(4, 5, generator=g, dtype=torch.float64)
+    mask = torch.tensor([[1.0] * n + [0.0] * (5 - n) for n in lengths], dtype=torch.float64)
+    rewards[mask == 0] = 99.0  # garbage on padding must not leak in
+    values[mask == 0] = -99.0
+    return rewards, values, mask, lengths
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.9, 0.0])
+def test_reward_to_go_matches_loop(batch, gamma):
+    rewards, _, mask, lengths = batch
+    got = reward_to_go(rewards, mask, gamma)
+    want, _ = padded(loop_reward_to_go(rewards, lengths, gamma), 5)
+    assert torch.allclose(got, want, atol=1e-12)
+
+
+@pytest.mark.parametrize("gamma, lam", [(1.0, 1.0), (0.99, 0.95), (0.9, 0.0), (1.0, 0.5)])
+def test_gae_matches_loop(batch, gamma, lam):
+    rewards, values, mask, lengths = batch
+    adv, ret = gae(rewards, values, mask, gamma, lam)
+    want, _ = padded(loop_gae(rewards, values, lengths, gamma, lam), 5)
+    assert torch.allclose(adv, want, atol=1e-12)
+    assert torch.allclose(ret, (want + values * mask) * mask, atol=1e-12)
+
+
+def test_gae_with_lambda_one_is_reward_to_go_minus_value(batch):
+    rewards, values, mask, _ = batch
+    adv, _ = gae(rewards, values, mask, gamma=0.9, lam=1.0)
+    assert torch.allclose(adv, (reward_to_go(rewards, mask, 0.9) - values) * mask, atol=1e-12)
+
+
+# tianshou, test/base/test_returns.py (thu-ml/tianshou): three 4-step episodes, gamma 0.99,
+# lambda 0.95, published returns (= advantage + value). tianshou passes the value of the *next*
+# state; re-derived, the value of the state before each token is [V(s0), v0, v1, v2] with V(s0)
+# the batch's last entry rolled round: hence the rows below.
+TIANSHOU_REWARDS = [[101, 102, 103, 200], [104, 105, 106, 201], [107, 108, 109, 202]]
+TIANSHOU_VALUES = [[-3, 2, 3, 4], [-1, 5, 6, 7], [-2, 8, 9, 10]]
+TIANSHOU_RETURNS = [
+    [454.8344, 376.1143, 291.298, 200.0],
+    [464.5610, 383.1085, 295.387, 201.0],
+    [474.2876, 390.1027, 299.476, 202.0],
+]
+
+
+def test_gae_matches_tianshou_published_returns():
+    rewards = torch.tensor(TIANSHOU_REWARDS, dtype=torch.float64)
+    values = torch.tensor(TIANSHOU_VALUES, dtype=torch.float64)
+    _, ret = gae(rewards, values, torch.ones_like(rewards), gamma=0.99, lam=0.95)
+    assert torch.allclose(ret, torch.tensor(TIANSHOU_RETURNS, dtype=torch.float64), atol=1e-3)
+
+
+def test_reward_to_go_matches_tianshou_published_returns():
+    # rewards 0..7 in episodes [0], [1, 2, 3], [4, 5], [6, 7]; gamma 0.1
+    rewards, mask = padded([[0], [1, 2, 3], [4, 5], [6, 7]], 3)
+    want, _ = padded([[0], [1.23, 2.3, 3], [4.5, 5], [6.7, 7]], 3)
+    assert torch.allclose(reward_to_go(rewards, mask, 0.1), want, atol=1e-12)
+
+
+def test_truncated_and_eos_rows_both_end_at_their_last_token():
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    values = torch.tensor([[0.5, 0.5, 0.5], [0.5, 0.5, 7.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])  # row 0 hit the limit, row 1 ended by EOS
+    adv, _ = gae(rewards, values, mask, gamma=1.0, lam=0.0)
+    assert torch.allclose(adv, torch.tensor([[0.0, 0.0, 0.5], [0.0, 0.5, 0.0]]))  # no bootstrap past either end
+
+
+def test_prompt_mean_baseline():
+    r = torch.tensor([1.0, 2.0, 3.0, 10.0, 10.0, 10.0])
+    assert torch.equal(prompt_mean_baseline(r, 3), torch.tensor([2.0, 2.0, 2.0, 10.0, 10.0, 10.0]))
+    with pytest.raises(ValueError, match="divide"):
+        prompt_mean_baseline(r, 4)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"gamma": 1.5}, "gamma must be in"),
+    ({"gamma": 0.9, "lam": -0.1}, "lam must be in"),
+])
+def test_bad_discounts_are_clear_errors(batch, kwargs, match):
+    rewards, values, mask, _ = batch
+    with pytest.raises(ValueError, match=match):
+        gae(rewards, values, mask, **{"gamma": 1.0, "lam": 0.95, **kwargs})
+
+
+def test_bad_shapes_and_empty_rows_are_clear_errors(batch):
+    rewards, values, mask, _ = batch
+    with pytest.raises(ValueError, match="values shape"):
+        gae(rewards, values[:, :3], mask)
+    with pytest.raises(ValueError, match="does not match"):
+        reward_to_go(rewards, mask[:, :3])
+    empty = mask.clone()
+    empty[1] = 0
+    with pytest.raises(ValueError, match="all zeros"):
+        reward_to_go(rewards, empty)
