@@ -1,0 +1,132 @@
+"""The micro world as a token-level MDP <S, A, T, R, gamma, K>, solved exactly by enumeration.
+
+    S      states: (prompt, prefix), every prefix of fewer than K tokens without EOS
+    A      actions: the tokens a, b, c and EOS
+    T      deterministic: (prompt, prefix) --a--> (prompt, prefix + a); the episode ends after
+           EOS or when the prefix reaches K tokens (truncation is part of the MDP)
+    R      r(s, a): the step reward of a, plus the terminal reward when a ends the episode
+    gamma  discount, 1 by default
+    K      horizon, micro.HORIZON
+
+A tabular policy is a logits tensor `theta` of shape (n_states, n_actions), one row per state:
+pi(a | s) = softmax(theta[s])[a]. Everything below is a finite sum over the 40 completions of
+each prompt, so J(theta), V, Q and the policy gradient are exact.
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from . import micro
+
+
+class MicroMDP:
+    def __init__(self, gamma: float = 1.0):
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        self.gamma = gamma
+        self.prompts = micro.PROMPTS
+        self.actions = micro.ACTIONS
+        self.horizon = micro.HORIZON
+        self.states = [(p, prefix) for p in self.prompts for n in range(self.horizon)
+                       for prefix in itertools.product(micro.TOKENS, repeat=n)]
+        self.state_index = {s: i for i, s in enumerate(self.states)}
+        self.completions = micro.completions(self.horizon)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Shape of a tabular policy's logits: (n_states, n_actions)."""
+        return len(self.states), len(self.actions)
+
+    def ends(self, prefix: tuple[str, ...], action: str) -> bool:
+        """Does taking `action` after `prefix` end the episode (EOS, or the K-th token)?"""
+        return action == micro.EOS or len(prefix) + 1 == self.horizon
+
+    def reward(self, prompt: str, prefix: tuple[str, ...], action: str) -> float:
+        """r(s, a), the terminal reward included when `action` ends the episode."""
+        r = micro.STEP_REWARD[prompt][action]
+        if self.ends(prefix, action):
+            r += micro.terminal_reward(prompt, prefix + (action,))
+        return r
+
+    def steps(self, prompt: str, completion: tuple[str, ...]) -> list[tuple[int, int]]:
+        """(state index, action index) of each step of a completion."""
+        return [(self.state_index[(prompt, completion[:t])], self.actions.index(a)) for t, a in enumerate(completion)]
+
+    def discounted_return(self, prompt: str, completion: tuple[str, ...]) -> float:
+        """R(tau) = sum_t gamma^t r_t."""
+        return sum(self.gamma**t * r for t, r in enumerate(micro.step_rewards(prompt, completion)))
+
+    # ------------------------------------------------------------ probabilities and J
+    def log_prob(self, logits: torch.Tensor, prompt: str, completion: tuple[str, ...]) -> torch.Tensor:
+        """log pi(tau | prompt) = sum_t log pi(a_t | s_t) (transitions are deterministic, so they add nothing)."""
+        logp = torch.log_softmax(logits, dim=-1)
+        return sum(logp[s, a] for s, a in self.steps(prompt, completion))
+
+    def completion_probs(self, logits: torch.Tensor, prompt: str) -> torch.Tensor:
+        """(n_completions,) probability of each completion of `prompt`; sums to 1."""
+        return torch.stack([self.log_prob(logits, prompt, c) for c in self.completions]).exp()
+
+    def returns(self, prompt: str) -> torch.Tensor:
+        """(n_completions,) R(tau) of each completion of `prompt`."""
+        return torch.tensor([self.discounted_return(prompt, c) for c in self.completions], dtype=torch.float64)
+
+    def objective(self, logits: torch.Tensor) -> torch.Tensor:
+        """J(theta) = mean over prompts of sum_tau pi(tau) R(tau); differentiable in `logits`."""
+        per_prompt = [(self.completion_probs(logits, p) * self.returns(p).to(logits.dtype)).sum() for p in self.prompts]
+        return torch.stack(per_prompt).mean()
+
+    # ------------------------------------------------------------ the exact gradient
+    def score(self, logits: torch.Tensor, prompt: str, completion: tuple[str, ...]) -> torch.Tensor:
+        """grad_theta log pi(tau), by hand: at each visited state s_t, onehot(a_t) - pi(. | s_t)."""
+        pi = torch.softmax(logits, dim=-1)
+        g = torch.zeros_like(logits)
+        for s, a in self.steps(prompt, completion):
+            g[s] -= pi[s]
+            g[s, a] += 1.0
+        return g
+
+    def exact_gradient(self, logits: torch.Tensor) -> torch.Tensor:
+        """grad J = mean over prompts of sum_tau pi(tau) R(tau) grad log pi(tau), by enumeration."""
+        logits = logits.detach()
+        grad = torch.zeros_like(logits)
+        for p in self.prompts:
+            probs, returns = self.completion_probs(logits, p), self.returns(p)
+            for c, prob, ret in zip(self.completions, probs, returns):
+                grad += prob * ret * self.score(logits, p, c)
+        return grad / len(self.prompts)
+
+    # ------------------------------------------------------------ values
+    def values(self, logits: torch.Tensor) -> torch.Tensor:
+        """V(s) for every state (n_states,): V(s) = sum_a pi(a|s) Q(s, a)."""
+        return (torch.softmax(logits.detach(), dim=-1) * self.q_values(logits)).sum(dim=-1)
+
+    def q_values(self, logits: torch.Tensor) -> torch.Tensor:
+        """Q(s, a) = r(s, a) + gamma V(s') (0 after the episode ends), (n_states, n_actions)."""
+        pi = torch.softmax(logits.detach(), dim=-1)
+        q = torch.zeros_like(pi)
+        v = torch.zeros(len(self.states), dtype=pi.dtype)
+        for s in sorted(range(len(self.states)), key=lambda i: -len(self.states[i][1])):  # longest prefix first
+            prompt, prefix = self.states[s]
+            for a, action in enumerate(self.actions):
+                q[s, a] = self.reward(prompt, prefix, action)
+                if not self.ends(prefix, action):
+                    q[s, a] += self.gamma * v[self.state_index[(prompt, prefix + (action,))]]
+            v[s] = (pi[s] * q[s]).sum()
+        return q
+
+    # ------------------------------------------------------------ sampling
+    def sample(self, logits: torch.Tensor, n: int, generator: torch.Generator | None = None) -> list[tuple[str, tuple[str, ...]]]:
+        """n episodes (prompt, completion): the prompt uniformly at random, then tokens from pi."""
+        pi = torch.softmax(logits.detach().double(), dim=-1)
+        episodes = []
+        for i in torch.randint(len(self.prompts), (n,), generator=generator).tolist():
+            prompt, prefix = self.prompts[i], ()
+            while True:
+                a = self.actions[int(torch.multinomial(pi[self.state_index[(prompt, prefix)]], 1, generator=generator))]
+                prefix += (a,)
+                if self.ends(prefix[:-1], a):
+                    break
+            episodes.append((prompt, prefix))
+        return episodes
