@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import torch
 
-from .ops import _check_mask
+from .ops import check_mask
 
 
 def _check(rewards: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float = 1.0, values=None) -> torch.Tensor:
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be (B, T), got shape {tuple(rewards.shape)}")
-    m = _check_mask(rewards, mask)
+    m = check_mask(rewards, mask)
     if values is not None and values.shape != rewards.shape:
         raise ValueError(f"values shape {tuple(values.shape)} does not match rewards shape {tuple(rewards.shape)}")
     for name, x in (("gamma", gamma), ("lam", lam)):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 
 
-def _check_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def check_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`mask` as x's dtype, after checking it has x's shape and holds only 0 and 1."""
     if mask.shape != x.shape:
         raise ValueError(f"mask shape {tuple(mask.shape)} does not match x shape {tuple(x.shape)}")
     if mask.dtype != torch.bool and not bool(((mask == 0) | (mask == 1)).all()):
@@ -20,14 +21,14 @@ def _check_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """sum(x * mask) over `dim` (all elements if None). Masked-out entries never contribute,
     even when they are inf or NaN."""
-    m = _check_mask(x, mask)
+    m = check_mask(x, mask)
     x = torch.where(m.bool(), x, torch.zeros_like(x))
     return x.sum() if dim is None else x.sum(dim)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """sum(x * mask) / sum(mask) over `dim` (all elements if None); NaN where sum(mask) == 0."""
-    m = _check_mask(x, mask)
+    m = check_mask(x, mask)
     count = m.sum() if dim is None else m.sum(dim)
     return masked_sum(x, mask, dim) / count  # 0 / 0 = NaN for an all-masked slice
 
@@ -35,7 +36,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
 def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
     """Variance of the masked entries of x (all dims); with `unbiased`, divides by count - 1."""
     mean = masked_mean(x, mask)
-    count = _check_mask(x, mask).sum()
+    count = check_mask(x, mask).sum()
     var = masked_sum((x - mean) ** 2, mask)
     return var / (count - 1) if unbiased else var / count
 
@@ -46,7 +47,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, 
 
     Needs at least two unmasked entries (the unbiased variance of one value is undefined).
     """
-    m = _check_mask(x, mask)
+    m = check_mask(x, mask)
     if m.sum() < 2:
         raise ValueError("masked_whiten needs at least two unmasked entries")
     mean, var = masked_mean(x, mask), masked_var(x, mask)

@@ -1,0 +1,94 @@
+"""Losses whose gradients are the estimators of the course.
+
+A *surrogate* loss is built so that its gradient is the estimator we want; its value means
+nothing (it is not J, and it can go up while the policy gets better). Every loss takes
+completion-only (B, T) tensors with a 0/1 `mask` (COURSE.md conventions) and raises a clear error
+on a row whose mask is all zero.
+
+Aggregation over tokens is explicit and named, because it changes what is estimated:
+
+    sequence_sum   sum over a row's tokens, mean over rows: (1/B) sum_i sum_t x_it. With x = A_t *
+                   log pi(a_t|s_t) this is exactly the policy-gradient estimator.
+    sequence_mean  token mean within each row, then mean over rows (the GRPO paper): long
+                   completions get less weight per token.
+    token_mean     one mean over every token of the batch (DAPO): long completions weigh more.
+    constant       sum over all tokens divided by B * max_len (Dr. GRPO), a constant that does
+                   not depend on the lengths sampled.
+"""
+from __future__ import annotations
+
+import torch
+
+from .ops import check_mask, masked_mean, masked_sum, token_logprobs
+
+AGGREGATIONS = ("sequence_sum", "sequence_mean", "token_mean", "constant")
+
+
+def _rows_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    if x.dim() != 2:
+        raise ValueError(f"expected a (B, T) tensor, got shape {tuple(x.shape)}")
+    m = check_mask(x, mask)
+    if bool((m.sum(dim=1) == 0).any()):
+        raise ValueError("a row of mask is all zeros: every completion needs at least one token (EOS counts)")
+    return m
+
+
+def aggregate(x: torch.Tensor, mask: torch.Tensor, mode: str, max_len: int | None = None) -> torch.Tensor:
+    """Reduce per-token values x (B, T) to a scalar by one of `AGGREGATIONS`.
+
+    max_len: the constant of mode 'constant' (default T, the width of the batch).
+    """
+    m = _rows_mask(x, mask)
+    if mode == "sequence_sum":
+        return masked_sum(x, m, dim=1).mean()
+    if mode == "sequence_mean":
+        return masked_mean(x, m, dim=1).mean()
+    if mode == "token_mean":
+        return masked_mean(x, m)
+    if mode == "constant":
+        return masked_sum(x, m) / (x.size(0) * (max_len or x.size(1)))
+    raise ValueError(f"unknown aggregation {mode!r}; choose one of {AGGREGATIONS}")
+
+
+def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                         aggregation: str = "sequence_sum") -> torch.Tensor:
+    """Surrogate -aggregate(A_t * log pi(a_t|s_t)), whose gradient is the policy-gradient estimator.
+
+    logprobs: (B, T) log-probs of the sampled tokens under the current policy (with gradient).
+    advantages: (B, T) per token, or (B,) one per completion (broadcast to its tokens); treated
+    as constants (detached). With aggregation 'sequence_sum' the gradient is exactly
+    -(1/B) sum_i sum_t A_it grad log pi(a_it | s_it).
+    """
+    if advantages.dim() == 1:
+        advantages = advantages[:, None].expand_as(logprobs)
+    if advantages.shape != logprobs.shape:
+        raise ValueError(f"advantages shape {tuple(advantages.shape)} does not match logprobs {tuple(logprobs.shape)}")
+    return -aggregate(advantages.detach() * logprobs, mask, aggregation)
+
+
+def value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, old_values: torch.Tensor | None = None,
+               clip_range: float | None = None, aggregation: str = "token_mean") -> torch.Tensor:
+    """0.5 * (V - R)^2 over response tokens; returns are targets (detached).
+
+    With `clip_range` (PPO's value clipping, needs `old_values`): the new value may move at most
+    clip_range from the value at collection time, and the loss is the larger of the clipped and
+    unclipped errors, max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2) / 2.
+    """
+    if values.shape != returns.shape:
+        raise ValueError(f"values shape {tuple(values.shape)} does not match returns {tuple(returns.shape)}")
+    returns = returns.detach()
+    err = (values - returns) ** 2
+    if clip_range is not None:
+        if old_values is None:
+            raise ValueError("value clipping needs old_values, the values at collection time")
+        old_values = old_values.detach()
+        clipped = old_values + (values - old_values).clamp(-clip_range, clip_range)
+        err = torch.maximum(err, (clipped - returns) ** 2)
+    return 0.5 * aggregate(err, mask, aggregation)
+
+
+def sft_loss(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Supervised fine-tuning (behaviour cloning): mean negative log-likelihood of the response
+    tokens only. logits (B, T, V) predict tokens (B, T); mask (B, T) is 1 on response tokens, so
+    the prompt is context, never a target."""
+    return -aggregate(token_logprobs(logits, tokens), mask, "token_mean")
