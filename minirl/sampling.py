@@ -202,12 +202,18 @@ def decode_completion(enc, tokens: list[int], eos: int) -> str:
     return enc.decode(tokens[: tokens.index(eos)] if eos in tokens else tokens)
 
 
-def completion_logprobs(model: GPT, rollout: Rollout, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
-    """Log-probs (B, T) of the rollout's completion tokens under `model`, from one fresh forward
-    pass over prompt + completion (with gradients, if enabled); 0 where the mask is 0."""
+def completion_logits(model: GPT, rollout: Rollout) -> torch.Tensor:
+    """Logits (B, T, V) that predict each completion token, from one forward pass over prompt +
+    completion (with gradients, if enabled)."""
     ids, key_mask, positions = rollout.sequences()
     P = rollout.prompt_tokens.size(1)
     logits = model(ids[:, :-1], positions=positions[:, :-1], key_mask=key_mask[:, :-1])  # (B, P+T-1, V)
-    logp = sampling_logprobs(logits[:, P - 1 :], temperature, top_k)  # predicts completion tokens
+    return logits[:, P - 1 :]  # position P-1+t predicts completion token t
+
+
+def completion_logprobs(model: GPT, rollout: Rollout, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
+    """Log-probs (B, T) of the rollout's completion tokens under `model` (fresh forward pass,
+    temperature and top-k as when sampling); 0 where the mask is 0."""
+    logp = sampling_logprobs(completion_logits(model, rollout), temperature, top_k)
     chosen = logp.gather(2, rollout.tokens[:, :, None]).squeeze(2)  # (B, T)
     return torch.where(rollout.mask.bool(), chosen, torch.zeros_like(chosen))  # padding may be -inf under top-k
