@@ -111,3 +111,54 @@ def _masked_mean_cases() -> list[tuple[str, tuple]]:
 def masked_mean(student_fn) -> None:
     """Check masked_mean(x, mask, dim=None) = sum(x*mask)/sum(mask), NaN for an all-masked slice."""
     run_cases("masked_mean", student_fn, _loop_masked_mean, _masked_mean_cases())
+
+
+# ---------------------------------------------------------------- lesson 01
+def _loop_discounted_return(rewards: list[float], gamma: float) -> float:
+    total, discount = 0.0, 1.0
+    for r in rewards:
+        total += discount * r
+        discount *= gamma
+    return total
+
+
+DISCOUNTED_RETURN_CASES = [
+    ("one reward", ([1.0], 0.9)),
+    ("undiscounted", ([0.3, -0.2, 1.0], 1.0)),
+    ("discounted", ([0.3, -0.2, 1.0], 0.5)),
+    ("gamma = 0 keeps only the first reward", ([2.0, 5.0, 7.0], 0.0)),
+    ("a long sparse episode", ([0.0] * 30 + [1.0], 0.95)),
+]
+
+
+def discounted_return(student_fn) -> None:
+    """Check discounted_return(rewards, gamma) = sum_t gamma^t r_t."""
+    run_cases("discounted_return", student_fn, _loop_discounted_return, DISCOUNTED_RETURN_CASES)
+
+
+def _micro_cases(with_completion: bool) -> list[tuple[str, tuple]]:
+    from .mdp import MicroMDP
+
+    mdp, discounted = MicroMDP(), MicroMDP(gamma=0.8)
+    g = torch.Generator().manual_seed(0)
+    random = torch.randn(mdp.shape, generator=g, dtype=torch.float64)
+    peaked = 6 * torch.randn(mdp.shape, generator=g, dtype=torch.float64)
+    uniform = torch.zeros(mdp.shape, dtype=torch.float64)
+    if not with_completion:
+        return [("uniform policy", (mdp, uniform)), ("random policy", (mdp, random)),
+                ("peaked policy", (mdp, peaked)), ("discounted, gamma 0.8", (discounted, random))]
+    eos = mdp.actions[-1]
+    return [("EOS at once", (mdp, random, "x", (eos,))), ("ends by EOS", (mdp, random, "y", ("a", "c", eos))),
+            ("truncated at K", (mdp, random, "x", ("b", "b", "a"))), ("peaked policy", (mdp, peaked, "y", ("c", eos)))]
+
+
+def trajectory_log_prob(student_fn) -> None:
+    """Check trajectory_log_prob(mdp, logits, prompt, completion) = sum_t log pi(a_t | s_t)."""
+    run_cases("trajectory_log_prob", student_fn, lambda mdp, logits, p, c: mdp.log_prob(logits, p, c).detach(),
+              _micro_cases(with_completion=True))
+
+
+def exact_objective(student_fn) -> None:
+    """Check exact_objective(mdp, logits) = J = mean over prompts of sum_tau pi(tau) R(tau)."""
+    run_cases("exact_objective", student_fn, lambda mdp, logits: mdp.objective(logits).detach(),
+              _micro_cases(with_completion=False))
