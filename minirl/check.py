@@ -162,3 +162,46 @@ def exact_objective(student_fn) -> None:
     """Check exact_objective(mdp, logits) = J = mean over prompts of sum_tau pi(tau) R(tau)."""
     run_cases("exact_objective", student_fn, lambda mdp, logits: mdp.objective(logits).detach(),
               _micro_cases(with_completion=False))
+
+
+# ---------------------------------------------------------------- lesson 02
+def _autograd_score(mdp, logits, prompt, completion):
+    theta = logits.detach().clone().requires_grad_(True)
+    mdp.log_prob(theta, prompt, completion).backward()
+    return theta.grad
+
+
+def score_function(student_fn) -> None:
+    """Check score_function(mdp, logits, prompt, completion) = grad_theta log pi(tau), against autograd."""
+    run_cases("score_function", lambda *a: torch.as_tensor(student_fn(*a)).detach(), _autograd_score,
+              _micro_cases(with_completion=True))
+
+
+def _surrogate_cases() -> list[tuple[str, tuple]]:
+    from .mdp import MicroMDP
+
+    mdp = MicroMDP()
+    logits = torch.randn(mdp.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    small = mdp.sample(logits, 8, torch.Generator().manual_seed(2))
+    large = mdp.sample(logits, 200, torch.Generator().manual_seed(3))
+    return [("8 episodes", (mdp, logits, small)), ("200 episodes", (mdp, logits, large)),
+            ("one episode", (mdp, logits, small[:1]))]
+
+
+def _surrogate_gradient(loss_fn):
+    """grad_theta of loss_fn(trajectory log-probs, returns) on the given episodes, negated (an ascent direction)."""
+    def grad(mdp, logits, episodes):
+        theta = logits.detach().clone().requires_grad_(True)
+        logps = torch.stack([mdp.log_prob(theta, p, c) for p, c in episodes])
+        returns = torch.tensor([mdp.discounted_return(p, c) for p, c in episodes], dtype=logits.dtype)
+        loss_fn(logps, returns).backward()
+        return -theta.grad
+    return grad
+
+
+def surrogate_loss(student_fn) -> None:
+    """Check surrogate_loss(logps, returns): its gradient must be the REINFORCE estimate
+    (1/N) sum_i R_i grad log pi(tau_i) (negated: it is a loss to minimise)."""
+    def estimator(mdp, logits, episodes):
+        return torch.stack([mdp.discounted_return(p, c) * mdp.score(logits, p, c) for p, c in episodes]).mean(0)
+    run_cases("surrogate_loss", _surrogate_gradient(student_fn), estimator, _surrogate_cases())
