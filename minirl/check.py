@@ -205,3 +205,52 @@ def surrogate_loss(student_fn) -> None:
     def estimator(mdp, logits, episodes):
         return torch.stack([mdp.discounted_return(p, c) * mdp.score(logits, p, c) for p, c in episodes]).mean(0)
     run_cases("surrogate_loss", _surrogate_gradient(student_fn), estimator, _surrogate_cases())
+
+
+# ---------------------------------------------------------------- lesson 03
+def _loop_reward_to_go(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    out = torch.zeros(rewards.shape, dtype=torch.float64)
+    for i in range(rewards.size(0)):
+        running = 0.0
+        for t in reversed(range(rewards.size(1))):
+            if mask[i, t]:
+                running = float(rewards[i, t]) + gamma * running
+                out[i, t] = running
+    return out
+
+
+def _rtg_cases() -> list[tuple[str, tuple]]:
+    g = torch.Generator().manual_seed(0)
+    r = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    full = torch.ones(3, 5, dtype=torch.float64)
+    ragged = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.float64)
+    poisoned = r.clone()
+    poisoned[ragged == 0] = 100.0  # rewards on padding must be ignored
+    return [("no padding, gamma 1", (r, full, 1.0)), ("truncated and EOS rows, gamma 1", (r, ragged, 1.0)),
+            ("discounted, gamma 0.9", (r, ragged, 0.9)), ("junk on the padding", (poisoned, ragged, 1.0))]
+
+
+def reward_to_go(student_fn) -> None:
+    """Check reward_to_go(rewards, mask, gamma): G_t = sum_{t'>=t} gamma^(t'-t) r_t' within each row, 0 on padding."""
+    run_cases("reward_to_go", student_fn, _loop_reward_to_go, _rtg_cases())
+
+
+def reinforce_loss(student_fn) -> None:
+    """Check reinforce_loss(logprobs, rewards, mask): value and gradient of the reward-to-go
+    surrogate -(1/B) sum_i sum_t G_it log pi(a_it | s_it)."""
+    def value_and_grad(fn):
+        def run(logprobs, rewards, mask):
+            lp = logprobs.detach().clone().requires_grad_(True)
+            loss = fn(lp, rewards, mask)
+            loss.backward()
+            return torch.cat([loss.detach().reshape(1), lp.grad.flatten()])
+        return run
+
+    def reference(lp, rewards, mask):
+        returns = _loop_reward_to_go(rewards, mask, 1.0)
+        return -(returns * lp * mask).sum(dim=1).mean()
+
+    g = torch.Generator().manual_seed(1)
+    lp = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 3
+    cases = [(label, (lp, r, m)) for label, (r, m, _) in _rtg_cases()]
+    run_cases("reinforce_loss", value_and_grad(student_fn), value_and_grad(reference), cases)
