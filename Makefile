@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: course test install unit lessons student refresh benchmark
+.PHONY: course test install unit slow lessons student refresh benchmark
 
 install: $(VENV)/.installed
 
@@ -18,11 +18,15 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 course: install
 	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) lessons/00_welcome.ipynb
 
-# unit tests on both cores, then every lesson under nbval at one thread (as instructors run them)
-test: unit lessons
+# fast unit tests, then the slow ones (training runs, student notebooks), then every lesson under
+# nbval at one thread (as instructors run them); each stage on both cores
+test: unit slow lessons
 
 unit: install
-	$(BIN)/python -m pytest -n 2 tests
+	$(BIN)/python -m pytest -n 2 -m "not slow" tests
+
+slow: install
+	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 -m slow tests
 
 lessons: install
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadfile --nbval lessons
