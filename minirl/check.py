@@ -254,3 +254,53 @@ def reinforce_loss(student_fn) -> None:
     lp = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 3
     cases = [(label, (lp, r, m)) for label, (r, m, _) in _rtg_cases()]
     run_cases("reinforce_loss", value_and_grad(student_fn), value_and_grad(reference), cases)
+
+
+# ---------------------------------------------------------------- lesson 04
+def _loop_gae(rewards, values, mask, gamma, lam):
+    out = torch.zeros(rewards.shape, dtype=torch.float64)
+    for i in range(rewards.size(0)):
+        n = int(mask[i].sum())
+        r, v = [float(x) for x in rewards[i, :n]], [float(x) for x in values[i, :n]]
+        deltas = [r[t] + gamma * (v[t + 1] if t + 1 < n else 0.0) - v[t] for t in range(n)]
+        for t in range(n):
+            out[i, t] = sum((gamma * lam) ** (j - t) * deltas[j] for j in range(t, n))
+    return out
+
+
+def _gae_cases() -> list[tuple[str, tuple]]:
+    g = torch.Generator().manual_seed(0)
+    r = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    v = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    ragged = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.float64)
+    junk_v = v.clone()
+    junk_v[ragged == 0] = 50.0  # values on padding must never be bootstrapped from
+    return [("lambda 1 (Monte Carlo advantage)", (r, v, ragged, 1.0, 1.0)), ("lambda 0 (one-step TD error)", (r, v, ragged, 1.0, 0.0)),
+            ("gamma 0.9, lambda 0.95", (r, v, ragged, 0.9, 0.95)), ("junk values on the padding", (r, junk_v, ragged, 1.0, 0.5))]
+
+
+def gae(student_fn) -> None:
+    """Check gae(rewards, values, mask, gamma, lam) -> advantages (B, T), 0 on padding, no bootstrap past a row's end."""
+    def advantages_only(*args):
+        out = student_fn(*args)
+        return out[0] if isinstance(out, tuple) else out
+    run_cases("gae", advantages_only, _loop_gae, _gae_cases())
+
+
+def _loop_bias_variance(terms, probs, exact):
+    mean = sum(float(p) * t.double() for p, t in zip(probs, terms))
+    bias = float((mean - exact).norm())
+    variance = sum(float(p) * float((t.double() - mean).pow(2).sum()) for p, t in zip(probs, terms))
+    return torch.tensor([bias, variance])
+
+
+def bias_and_variance(student_fn) -> None:
+    """Check bias_and_variance(terms, probs, exact) -> (|E g - exact|, E |g - E g|^2) for an estimator
+    taking the value terms[i] with probability probs[i]."""
+    g = torch.Generator().manual_seed(0)
+    terms = torch.randn(6, 4, 3, generator=g, dtype=torch.float64)
+    probs = torch.softmax(torch.randn(6, generator=g, dtype=torch.float64), 0)
+    exact = (probs[:, None, None] * terms).sum(0)
+    cases = [("unbiased estimator", (terms, probs, exact)), ("biased estimator", (terms + 0.3, probs, exact)),
+             ("a sure thing (one outcome)", (terms[:1], torch.ones(1, dtype=torch.float64), terms[0]))]
+    run_cases("bias_and_variance", lambda *a: torch.tensor([float(x) for x in student_fn(*a)]), _loop_bias_variance, cases)

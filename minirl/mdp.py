@@ -130,3 +130,11 @@ class MicroMDP:
                     break
             episodes.append((prompt, prefix))
         return episodes
+
+
+def bias_and_variance(terms: torch.Tensor, probs: torch.Tensor, exact: torch.Tensor) -> tuple[float, float]:
+    """Exact bias |E g - exact| and variance E |g - E g|^2 of an estimator g that takes the value
+    terms[i] (one tensor shaped like `exact`) with probability probs[i]."""
+    mean = (probs.view(-1, *[1] * exact.dim()) * terms).sum(0)
+    variance = (probs * (terms - mean).flatten(1).pow(2).sum(1)).sum()
+    return (mean - exact).norm().item(), variance.item()

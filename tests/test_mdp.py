@@ -91,3 +91,12 @@ def test_sampling_frequencies_match_exact_probabilities(logits):
 def test_bad_gamma_is_a_clear_error():
     with pytest.raises(ValueError, match="gamma"):
         MicroMDP(gamma=1.2)
+
+
+def test_bias_and_variance_of_a_two_point_estimator():
+    from minirl.mdp import bias_and_variance
+
+    terms = torch.tensor([[0.0, 2.0], [4.0, 2.0]], dtype=torch.float64)  # g = (0, 2) or (4, 2), each w.p. 1/2
+    probs = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    bias, var = bias_and_variance(terms, probs, torch.tensor([2.0, 1.0], dtype=torch.float64))
+    assert bias == pytest.approx(1.0) and var == pytest.approx(4.0)  # E g = (2, 2); Var = E (g1 - 2)^2 = 4
