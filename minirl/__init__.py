@@ -8,9 +8,11 @@
 
 Modules: ops (masked reductions, log-probs), grammar (the world's validators), rewards (reward
 functions), datasets (the world's files), model, sampling, evaluate, check (exercise checkers),
-notebook (lesson setup), micro (the enumerable micro world).
+notebook (lesson setup), micro (the enumerable micro world), mdp (its exact solutions),
+advantages (returns, GAE, baselines), losses, critic (value head), tasks (RL tasks), pg_trainer
+(REINFORCE and actor-critic).
 """
-from . import check, datasets, evaluate, grammar, micro, ops, rewards
+from . import advantages, check, critic, datasets, evaluate, grammar, losses, mdp, micro, ops, pg_trainer, rewards, tasks
 from .model import GPT, GPTConfig, KVCache, load_model
 from .notebook import setup
 from .paths import DataError
@@ -18,7 +20,7 @@ from .sampling import Rollout, completion_logprobs, sample, sample_tokens
 from .tokenizer import load_tokenizer
 
 __all__ = [
-    "GPT", "GPTConfig", "KVCache", "Rollout", "DataError", "check", "completion_logprobs", "datasets",
-    "evaluate", "grammar", "load_model", "load_tokenizer", "micro", "ops", "rewards", "sample",
-    "sample_tokens", "setup",
+    "GPT", "GPTConfig", "KVCache", "Rollout", "DataError", "advantages", "check", "completion_logprobs",
+    "critic", "datasets", "evaluate", "grammar", "load_model", "load_tokenizer", "losses", "mdp", "micro",
+    "ops", "pg_trainer", "rewards", "sample", "sample_tokens", "setup", "tasks",
 ]
