@@ -1,0 +1,41 @@
+"""Per-token estimators of KL(p || q), with p = pi_theta (the sampling policy) and q = pi_ref.
+
+Each takes the log-probabilities of the *sampled* tokens under both policies, (B, T) or any
+shape, and returns one estimate per token (Schulman, "Approximating KL Divergence", 2020):
+
+    k1 = log(p/q)                      unbiased for KL(p||q); can be negative on a single token
+    k2 = 0.5 * log(p/q)^2              biased (close to KL when p and q are close); never negative
+    k3 = q/p - 1 - log(q/p)            unbiased for KL(p||q), never negative, lower variance than k1
+
+Summed over a completion's tokens, k1 and k3 stay unbiased for the sequence-level KL(p||q) (the
+chain rule of KL). As *losses*, with the samples held fixed, their expected gradients differ: at
+one state, k1's is zero, k2's is the gradient of KL(p||q), and k3's is the gradient of KL(q||p).
+Applied per token inside a sequence, the k2 and k3 gradients hold each state's distribution fixed,
+so they are gradients of the per-state KLs summed along the visited states, not of the
+sequence-level KL (tests/test_kl.py measures both).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def _log_ratio(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    if logp.shape != ref_logp.shape:
+        raise ValueError(f"logp shape {tuple(logp.shape)} does not match ref_logp shape {tuple(ref_logp.shape)}")
+    return logp - ref_logp
+
+
+def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """log p(a) - log q(a), per sampled token."""
+    return _log_ratio(logp, ref_logp)
+
+
+def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """0.5 * (log p(a) - log q(a))^2, per sampled token."""
+    return 0.5 * _log_ratio(logp, ref_logp) ** 2
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """q(a)/p(a) - 1 - log(q(a)/p(a)), per sampled token (GRPO's KL term)."""
+    log_q_over_p = -_log_ratio(logp, ref_logp)
+    return torch.exp(log_q_over_p) - 1 - log_q_over_p
