@@ -77,3 +77,39 @@ def prompt_mean_baseline(returns: torch.Tensor, group_size: int) -> torch.Tensor
     if group_size < 1 or returns.numel() % group_size:
         raise ValueError(f"group_size {group_size} must be >= 1 and divide the batch size {returns.numel()}")
     return returns.view(-1, group_size).mean(dim=1).repeat_interleave(group_size)
+
+
+def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(B,) -> (B // G, G), checking the grouping makes sense."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be (B,), got shape {tuple(rewards.shape)}")
+    if group_size < 2:
+        raise ValueError(f"group_size must be at least 2 to compare completions within a group, got {group_size}")
+    if rewards.numel() % group_size:
+        raise ValueError(f"group_size {group_size} does not divide the batch size {rewards.numel()}")
+    return rewards.view(-1, group_size)
+
+
+def group_normalize(rewards: torch.Tensor, group_size: int, eps: float = 1e-4, scale: bool = True) -> torch.Tensor:
+    """GRPO's advantages: (r - group mean) / (group std + eps), groups being consecutive blocks of
+    `group_size` rows; the std is the sample (N-1) std, as TRL and the GRPO papers' code use.
+
+    scale=False gives r - group mean only (Dr. GRPO; REINFORCE with a group baseline). A group whose
+    rewards are all equal gets advantage 0 (never NaN): it carries no learning signal.
+    """
+    g = _groups(rewards, group_size)
+    centred = g - g.mean(dim=1, keepdim=True)
+    if scale:
+        centred = centred / (g.std(dim=1, keepdim=True) + eps)
+    return centred.reshape(-1)
+
+
+def leave_one_out(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """RLOO's advantages: r_i minus the mean of the *other* G-1 rewards of its group.
+
+    The baseline no longer contains r_i, so the gradient estimate is unbiased (compare
+    `prompt_mean_baseline`); it equals G/(G-1) * (r_i - group mean).
+    """
+    g = _groups(rewards, group_size)
+    others = (g.sum(dim=1, keepdim=True) - g) / (group_size - 1)
+    return (g - others).reshape(-1)

@@ -66,6 +66,37 @@ def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask:
     return -aggregate(advantages.detach() * logprobs, mask, aggregation)
 
 
+def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                  clip_eps: float = 0.2, aggregation: str = "token_mean") -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped surrogate (Schulman et al., 2017), per token, and its diagnostics.
+
+        ratio_t = pi_theta(a_t|s_t) / pi_old(a_t|s_t)      pi_old: the policy that *collected* the batch
+        loss    = -aggregate(min(ratio_t A_t, clip(ratio_t, 1 - eps, 1 + eps) A_t))
+
+    The ratio is always positive; the advantage carries the sign. With A > 0 the objective stops
+    rewarding a ratio above 1 + eps; with A < 0, a ratio below 1 - eps. Returns (loss, diagnostics):
+    `clip_fraction` (share of tokens whose ratio lies outside [1 - eps, 1 + eps]) and `approx_kl`
+    (the k3 estimate of KL(pi_old || pi_theta) on the batch's tokens).
+    """
+    if advantages.dim() == 1:
+        advantages = advantages[:, None].expand_as(logprobs)
+    if not logprobs.shape == old_logprobs.shape == advantages.shape:
+        raise ValueError(f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and "
+                         f"advantages {tuple(advantages.shape)} must have the same shape")
+    log_ratio = torch.where(mask.bool(), logprobs - old_logprobs.detach(), torch.zeros_like(logprobs))
+    ratio = log_ratio.exp()
+    advantages = advantages.detach()
+    objective = torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
+    loss = -aggregate(objective, mask, aggregation)
+    with torch.no_grad():
+        m = check_mask(ratio, mask)
+        diagnostics = {
+            "clip_fraction": masked_mean(((ratio - 1).abs() > clip_eps).to(ratio.dtype), m).item(),
+            "approx_kl": masked_mean((ratio - 1) - log_ratio, m).item(),
+        }
+    return loss, diagnostics
+
+
 def value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, old_values: torch.Tensor | None = None,
                clip_range: float | None = None, aggregation: str = "token_mean") -> torch.Tensor:
     """0.5 * (V - R)^2 over response tokens; returns are targets (detached).

@@ -128,3 +128,44 @@ def test_bad_shapes_and_empty_rows_are_clear_errors(batch):
     empty[1] = 0
     with pytest.raises(ValueError, match="all zeros"):
         reward_to_go(rewards, empty)
+
+
+def loop_group_normalize(r, G, eps, scale):
+    out = []
+    for i in range(0, len(r), G):
+        grp = [float(x) for x in r[i:i + G]]
+        mean = sum(grp) / G
+        std = (sum((x - mean) ** 2 for x in grp) / (G - 1)) ** 0.5
+        out += [(x - mean) / (std + eps) if scale else x - mean for x in grp]
+    return out
+
+
+@pytest.mark.parametrize("scale", [True, False])
+def test_group_normalize_matches_loop(scale):
+    from minirl.advantages import group_normalize
+
+    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.5, 3.0, -1.0, 2.0, 0.0], dtype=torch.float64)
+    got = group_normalize(r, 4, eps=1e-4, scale=scale)
+    assert torch.allclose(got, torch.tensor(loop_group_normalize(r, 4, 1e-4, scale), dtype=torch.float64), atol=1e-12)
+    assert torch.equal(got[4:8], torch.zeros(4, dtype=torch.float64))  # equal rewards: zero advantage, not NaN
+
+
+def test_leave_one_out_by_hand_and_its_scaling():
+    from minirl.advantages import group_normalize, leave_one_out
+
+    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0], dtype=torch.float64)
+    got = leave_one_out(r, 3)
+    want = [1 - 0.0, 0 - 0.5, 0 - 0.5, 1 - 2.0, 2 - 1.5, 2 - 1.5]
+    assert torch.allclose(got, torch.tensor(want, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(got, 1.5 * group_normalize(r, 3, scale=False), atol=1e-12)  # G/(G-1) * (r - mean)
+
+
+def test_group_of_one_and_bad_grouping_raise():
+    from minirl.advantages import group_normalize, leave_one_out
+
+    with pytest.raises(ValueError, match="at least 2"):
+        group_normalize(torch.ones(4), 1)
+    with pytest.raises(ValueError, match="at least 2"):
+        leave_one_out(torch.ones(4), 1)
+    with pytest.raises(ValueError, match="does not divide"):
+        group_normalize(torch.ones(5), 2)

@@ -92,3 +92,38 @@ def test_bad_input_is_a_clear_error(batch):
         losses.policy_gradient_loss(x, x[:, :2], mask)
     with pytest.raises(ValueError, match="unknown aggregation"):
         losses.aggregate(x, mask, "mean")
+
+
+def test_ppo_clip_loss_each_branch_by_hand():
+    # ratios e^{logp - old}: 1.5, 0.5, 1.1, 0.7 with eps 0.2; advantages +1, +1, -1, -1
+    old = torch.zeros(1, 4, dtype=torch.float64)
+    new = torch.log(torch.tensor([[1.5, 0.5, 1.1, 0.7]], dtype=torch.float64))
+    adv = torch.tensor([[1.0, 1.0, -1.0, -1.0]], dtype=torch.float64)
+    mask = torch.ones(1, 4, dtype=torch.float64)
+    loss, diag = losses.ppo_clip_loss(new, old, adv, mask, clip_eps=0.2)
+    # per token min(r A, clip(r) A): A>0,r=1.5 -> 1.2 (clipped); A>0,r=0.5 -> 0.5 (unclipped, pessimistic);
+    # A<0,r=1.1 -> -1.1 (inside); A<0,r=0.7 -> min(-0.7, -0.8) = -0.8 (clipped)
+    assert loss.item() == pytest.approx(-(1.2 + 0.5 - 1.1 - 0.8) / 4)
+    assert diag["clip_fraction"] == pytest.approx(3 / 4)  # 1.5, 0.5 and 0.7 lie outside [0.8, 1.2]
+    ratio = torch.tensor([1.5, 0.5, 1.1, 0.7], dtype=torch.float64)
+    assert diag["approx_kl"] == pytest.approx(((ratio - 1) - ratio.log()).mean().item())
+
+
+def test_ppo_at_ratio_one_has_the_policy_gradient():
+    g = torch.Generator().manual_seed(0)
+    logp = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    adv = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.float64)
+    a = logp.clone().requires_grad_(True)
+    losses.ppo_clip_loss(a, logp.clone(), adv, mask)[0].backward()
+    b = logp.clone().requires_grad_(True)
+    losses.policy_gradient_loss(b, adv, mask, aggregation="token_mean").backward()
+    assert torch.allclose(a.grad, b.grad, atol=1e-12)
+
+
+def test_ppo_gradient_vanishes_where_clipping_binds():
+    old = torch.zeros(1, 2, dtype=torch.float64)
+    new = torch.log(torch.tensor([[1.5, 0.5]], dtype=torch.float64)).requires_grad_(True)
+    adv = torch.tensor([[1.0, -1.0]], dtype=torch.float64)  # both pushed past the clip in their favoured direction
+    losses.ppo_clip_loss(new, old, adv, torch.ones(1, 2, dtype=torch.float64))[0].backward()
+    assert new.grad.abs().max().item() == 0.0
