@@ -60,12 +60,12 @@ def learning_rate(step: int, steps: int) -> float:
     return LR * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train(steps: int = STEPS, seed: int = SEED, config: GPTConfig | None = None, log_every: int = 250):
+def train(steps: int = STEPS, seed: int = SEED, log_every: int = 250):
     """Train a fresh GPT; returns (model, list of (step, mean loss since the last log))."""
     enc = load_tokenizer()
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    model = GPT(config or GPTConfig(vocab_size=enc.n_vocab))
+    model = GPT(GPTConfig(vocab_size=enc.n_vocab))
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
