@@ -88,11 +88,10 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
     advantages = advantages.detach()
     objective = torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
     loss = -aggregate(objective, mask, aggregation)
-    with torch.no_grad():
-        m = check_mask(ratio, mask)
+    with torch.no_grad():  # mask was validated by aggregate
         diagnostics = {
-            "clip_fraction": masked_mean(((ratio - 1).abs() > clip_eps).to(ratio.dtype), m).item(),
-            "approx_kl": masked_mean((ratio - 1) - log_ratio, m).item(),
+            "clip_fraction": masked_mean(((ratio - 1).abs() > clip_eps).to(ratio.dtype), mask).item(),
+            "approx_kl": masked_mean((ratio - 1) - log_ratio, mask).item(),
         }
     return loss, diagnostics
 

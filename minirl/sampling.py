@@ -202,13 +202,19 @@ def decode_completion(enc, tokens: list[int], eos: int) -> str:
     return enc.decode(tokens[: tokens.index(eos)] if eos in tokens else tokens)
 
 
-def completion_logits(model: GPT, rollout: Rollout) -> torch.Tensor:
-    """Logits (B, T, V) that predict each completion token, from one forward pass over prompt +
-    completion (with gradients, if enabled)."""
+def completion_hidden(model: GPT, rollout: Rollout) -> torch.Tensor:
+    """Hidden states (B, T, C) of the state *before* each completion token, from one forward pass
+    over prompt + completion (with gradients, if enabled). Position P-1+t holds the prefix that
+    chose token t: the policy reads its logits there, and a critic its value."""
     ids, key_mask, positions = rollout.sequences()
     P = rollout.prompt_tokens.size(1)
-    logits = model(ids[:, :-1], positions=positions[:, :-1], key_mask=key_mask[:, :-1])  # (B, P+T-1, V)
-    return logits[:, P - 1 :]  # position P-1+t predicts completion token t
+    hidden = model.hidden_states(ids[:, :-1], positions=positions[:, :-1], key_mask=key_mask[:, :-1])  # (B, P+T-1, C)
+    return hidden[:, P - 1 :]
+
+
+def completion_logits(model: GPT, rollout: Rollout) -> torch.Tensor:
+    """Logits (B, T, V) that predict each completion token."""
+    return model.logits(completion_hidden(model, rollout))
 
 
 def completion_logprobs(model: GPT, rollout: Rollout, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
