@@ -59,11 +59,36 @@ def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask:
     as constants (detached). With aggregation 'sequence_sum' the gradient is exactly
     -(1/B) sum_i sum_t A_it grad log pi(a_it | s_it).
     """
+    return -aggregate(_same_shapes(logprobs, advantages) * logprobs, mask, aggregation)
+
+
+def _same_shapes(logprobs: torch.Tensor, advantages: torch.Tensor, **others: torch.Tensor) -> torch.Tensor:
+    """Broadcast (B,) advantages to (B, T) and check every per-token input has logprobs' shape."""
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(logprobs)
-    if advantages.shape != logprobs.shape:
-        raise ValueError(f"advantages shape {tuple(advantages.shape)} does not match logprobs {tuple(logprobs.shape)}")
-    return -aggregate(advantages.detach() * logprobs, mask, aggregation)
+    for name, x in {"advantages": advantages, **others}.items():
+        if x.shape != logprobs.shape:
+            raise ValueError(f"{name} shape {tuple(x.shape)} does not match logprobs shape {tuple(logprobs.shape)}")
+    return advantages.detach()
+
+
+def clipped_objective(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_eps: float,
+                      clip_eps_high: float | None = None) -> torch.Tensor:
+    """min(ratio A, clip(ratio, 1 - eps, 1 + eps_high) A) per token, ratio = exp(log_ratio).
+
+    The ratio is always positive; the advantage carries the sign. With A > 0 the objective stops
+    rewarding a ratio above 1 + eps_high; with A < 0, a ratio below 1 - eps. eps_high defaults to
+    eps (PPO); a larger one is DAPO's "clip-higher".
+    """
+    ratio = log_ratio.exp()
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    return torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + high) * advantages)
+
+
+def _clip_fraction(log_ratio: torch.Tensor, mask: torch.Tensor, clip_eps: float, clip_eps_high: float | None) -> float:
+    ratio = log_ratio.detach().exp()
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    return masked_mean(((ratio < 1 - clip_eps) | (ratio > 1 + high)).to(ratio.dtype), mask).item()
 
 
 def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
@@ -73,26 +98,50 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
         ratio_t = pi_theta(a_t|s_t) / pi_old(a_t|s_t)      pi_old: the policy that *collected* the batch
         loss    = -aggregate(min(ratio_t A_t, clip(ratio_t, 1 - eps, 1 + eps) A_t))
 
-    The ratio is always positive; the advantage carries the sign. With A > 0 the objective stops
-    rewarding a ratio above 1 + eps; with A < 0, a ratio below 1 - eps. Returns (loss, diagnostics):
-    `clip_fraction` (share of tokens whose ratio lies outside [1 - eps, 1 + eps]) and `approx_kl`
-    (the k3 estimate of KL(pi_old || pi_theta) on the batch's tokens).
+    Returns (loss, diagnostics): `clip_fraction` (share of tokens whose ratio lies outside
+    [1 - eps, 1 + eps]) and `approx_kl` (the k3 estimate of KL(pi_old || pi_theta) on the batch's
+    tokens).
     """
-    if advantages.dim() == 1:
-        advantages = advantages[:, None].expand_as(logprobs)
-    if not logprobs.shape == old_logprobs.shape == advantages.shape:
-        raise ValueError(f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and "
-                         f"advantages {tuple(advantages.shape)} must have the same shape")
+    advantages = _same_shapes(logprobs, advantages, old_logprobs=old_logprobs)
     log_ratio = torch.where(mask.bool(), logprobs - old_logprobs.detach(), torch.zeros_like(logprobs))
-    ratio = log_ratio.exp()
-    advantages = advantages.detach()
-    objective = torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
-    loss = -aggregate(objective, mask, aggregation)
+    loss = -aggregate(clipped_objective(log_ratio, advantages, clip_eps), mask, aggregation)
     with torch.no_grad():  # mask was validated by aggregate
-        diagnostics = {
-            "clip_fraction": masked_mean(((ratio - 1).abs() > clip_eps).to(ratio.dtype), mask).item(),
-            "approx_kl": masked_mean((ratio - 1) - log_ratio, mask).item(),
-        }
+        diagnostics = {"clip_fraction": _clip_fraction(log_ratio, mask, clip_eps, None),
+                       "approx_kl": masked_mean(log_ratio.exp() - 1 - log_ratio, mask).item()}
+    return loss, diagnostics
+
+
+def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, advantages: torch.Tensor,
+              mask: torch.Tensor, clip_eps: float = 0.2, beta: float = 0.04, aggregation: str = "sequence_mean",
+              max_len: int | None = None, clip_eps_high: float | None = None,
+              kl_ratio_weight: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
+    """GRPO's loss (Shao et al., 2024): the clipped surrogate plus beta * KL to the reference, per token.
+
+        loss_t = -min(ratio_t A_i, clip(ratio_t, 1 - eps, 1 + eps) A_i) + beta * k3_t
+        k3_t   = pi_ref(a_t)/pi_theta(a_t) - 1 - log(pi_ref(a_t)/pi_theta(a_t))
+
+    advantages: (B,) one per completion (group-normalized rewards) or (B, T). The KL sits in the
+    *loss*, not in the reward as in PPO-RLHF; as a loss k3's expected gradient is that of
+    KL(pi_ref || pi_theta) at each visited state (minirl.kl). Default aggregation 'sequence_mean'
+    (each completion's token mean, then the batch mean) as in the paper; 'token_mean' (DAPO) and
+    'constant' with max_len (Dr. GRPO, max_len = the maximum completion length) are the others.
+    The tokens were sampled from pi_old, not pi_theta; after the first inner step, k3 on them
+    estimates the KL of the wrong policy. kl_ratio_weight=True multiplies k3 by the ratio
+    pi_theta/pi_old (importance sampling; TRL's `use_bias_correction_kl`, on by default there);
+    the paper, and our default, leave it out. At the first inner step the ratio is 1 and both agree.
+    Returns (loss, diagnostics): clip_fraction, kl (mean k3 per token), ratio_mean.
+    """
+    advantages = _same_shapes(logprobs, advantages, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs)
+    m = mask.bool()
+    log_ratio = torch.where(m, logprobs - old_logprobs.detach(), torch.zeros_like(logprobs))
+    log_ref_ratio = torch.where(m, ref_logprobs.detach() - logprobs, torch.zeros_like(logprobs))  # log(pi_ref / pi_theta)
+    kl = log_ref_ratio.exp() - 1 - log_ref_ratio  # k3 per token
+    kl_term = kl * log_ratio.exp() if kl_ratio_weight else kl
+    per_token = -clipped_objective(log_ratio, advantages, clip_eps, clip_eps_high) + beta * kl_term
+    loss = aggregate(per_token, mask, aggregation, max_len)
+    with torch.no_grad():
+        diagnostics = {"clip_fraction": _clip_fraction(log_ratio, mask, clip_eps, clip_eps_high),
+                       "kl": masked_mean(kl, mask).item(), "ratio_mean": masked_mean(log_ratio.exp(), mask).item()}
     return loss, diagnostics
 
 

@@ -1,5 +1,7 @@
 """Losses: surrogate gradient = estimator (on the micro world), aggregation modes against loops,
 value clipping by hand, SFT on response tokens only."""
+import math
+
 import pytest
 import torch
 
@@ -127,3 +129,91 @@ def test_ppo_gradient_vanishes_where_clipping_binds():
     adv = torch.tensor([[1.0, -1.0]], dtype=torch.float64)  # both pushed past the clip in their favoured direction
     losses.ppo_clip_loss(new, old, adv, torch.ones(1, 2, dtype=torch.float64))[0].backward()
     assert new.grad.abs().max().item() == 0.0
+
+
+def test_ppo_clip_loss_matches_rlax_published_values():
+    """google-deepmind/rlax, rlax/_src/policy_gradients_test.py, ClippedSurrogatePGLossTest: three
+    one-step episodes with logits over 3 actions, eps 0.2, advantages (0.3, 0.2, 0.1) and their
+    negatives; rlax's loss is -mean_t min(r A, clip(r) A) = -0.17117467 and 0.19333333.
+    Re-derived: rows 0-1 have ratio 1; row 2's ratio is softmax(-1,-2,-3)[2] / softmax(-3,-2,-1)[2]
+    = e^-2 = 0.1353, clipped to 0.8 only where the advantage is negative."""
+    logits = torch.tensor([[1.0, 1.0, 1.0], [2.0, 0.0, 0.0], [-1.0, -2.0, -3.0]], dtype=torch.float64)
+    old_logits = torch.tensor([[1.0, 1.0, 1.0], [2.0, 0.0, 0.0], [-3.0, -2.0, -1.0]], dtype=torch.float64)
+    actions = torch.tensor([0, 1, 2])
+    logp = torch.log_softmax(logits, -1)[torch.arange(3), actions][None]  # (1, 3): one row of 3 tokens
+    old = torch.log_softmax(old_logits, -1)[torch.arange(3), actions][None]
+    adv = torch.tensor([[0.3, 0.2, 0.1]], dtype=torch.float64)
+    mask = torch.ones(1, 3, dtype=torch.float64)
+    # rlax computes in float32 and asserts at atol 1e-4; the exact value is (0.5 + 0.1 e^-2) / 3
+    assert losses.ppo_clip_loss(logp, old, adv, mask)[0].item() == pytest.approx(-0.17117467, abs=1e-5)
+    assert losses.ppo_clip_loss(logp, old, adv, mask)[0].item() == pytest.approx(-(0.5 + 0.1 * math.exp(-2)) / 3, abs=1e-12)
+    assert losses.ppo_clip_loss(logp, old, -adv, mask)[0].item() == pytest.approx(0.19333333, abs=1e-7)
+
+
+def loop_grpo_loss(logp, old, ref, adv, mask, eps, beta, mode, max_len=None):
+    """GRPO's loss token by token in float64 Python floats (the plain second implementation)."""
+    rows = []
+    for i in range(len(logp)):
+        row = []
+        for t in range(len(logp[i])):
+            if not mask[i][t]:
+                continue
+            r = math.exp(logp[i][t] - old[i][t])
+            a = adv[i]
+            surrogate = min(r * a, min(max(r, 1 - eps), 1 + eps) * a)
+            q_over_p = math.exp(ref[i][t] - logp[i][t])
+            row.append(-surrogate + beta * (q_over_p - 1 - math.log(q_over_p)))
+        rows.append(row)
+    if mode == "sequence_mean":
+        return sum(sum(r) / len(r) for r in rows) / len(rows)
+    if mode == "token_mean":
+        return sum(sum(r) for r in rows) / sum(len(r) for r in rows)
+    return sum(sum(r) for r in rows) / (len(rows) * max_len)
+
+
+@pytest.fixture
+def grpo_batch():
+    g = torch.Generator().manual_seed(3)
+    B, T = 6, 5
+    logp = -torch.rand(B, T, generator=g, dtype=torch.float64) * 2
+    old = logp + 0.3 * torch.randn(B, T, generator=g, dtype=torch.float64)  # ratios on both sides of the clip
+    ref = logp + 0.5 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    adv = torch.randn(B, generator=g, dtype=torch.float64)
+    mask = torch.ones(B, T, dtype=torch.float64)
+    mask[1, 3:] = 0
+    mask[4, 1:] = 0
+    return logp, old, ref, adv, mask
+
+
+@pytest.mark.parametrize("mode", ["sequence_mean", "token_mean", "constant"])
+def test_grpo_loss_matches_loop(grpo_batch, mode):
+    logp, old, ref, adv, mask = grpo_batch
+    got, diag = losses.grpo_loss(logp, old, ref, adv, mask, clip_eps=0.2, beta=0.04, aggregation=mode, max_len=8)
+    want = loop_grpo_loss(logp.tolist(), old.tolist(), ref.tolist(), adv.tolist(), mask.tolist(), 0.2, 0.04, mode, 8)
+    assert got.item() == pytest.approx(want, abs=1e-12)
+    assert 0 < diag["clip_fraction"] < 1
+
+
+def test_grpo_at_ratio_one_without_kl_has_the_policy_gradient(grpo_batch):
+    """At the first inner step (old = current) the clip is inactive; with beta 0 the gradient is
+    the sequence-mean policy gradient, although the loss value is the mean advantage (about 0 for
+    group-normalized advantages)."""
+    logp, _, ref, adv, mask = grpo_batch
+    a = logp.clone().requires_grad_(True)
+    loss, _ = losses.grpo_loss(a, logp.clone(), ref, adv, mask, beta=0.0)
+    loss.backward()
+    b = logp.clone().requires_grad_(True)
+    losses.policy_gradient_loss(b, adv, mask, aggregation="sequence_mean").backward()
+    assert torch.allclose(a.grad, b.grad, atol=1e-12)
+    assert loss.item() == pytest.approx(-adv.mean().item(), abs=1e-12)
+
+
+def test_grpo_kl_term_pulls_towards_the_reference(grpo_batch):
+    """The k3 term's gradient in log pi_theta is 1 - pi_ref/pi_theta: positive (push down) where the
+    policy puts more mass than the reference on the sampled token, negative where less."""
+    logp, _, ref, _, mask = grpo_batch
+    a = logp.clone().requires_grad_(True)
+    losses.grpo_loss(a, logp.clone(), ref, torch.zeros(len(logp), dtype=torch.float64), mask, beta=1.0,
+                     aggregation="token_mean")[0].backward()
+    expected = (1 - torch.exp(ref - logp)) * mask / mask.sum()
+    assert torch.allclose(a.grad, expected, atol=1e-12)

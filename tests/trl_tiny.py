@@ -1,0 +1,51 @@
+"""A tiny Hugging Face world for cross-checks and benchmarks against TRL: a word-level tokenizer
+("w0 w1 ..."), a random-init GPT-2 layout, and TRL trainers built on them, all offline.
+
+Used by tests/test_trl_reference.py and benchmarks/grpo_vs_trl.py. TRL, transformers and
+datasets are imported lazily so that importing this module never needs them.
+"""
+from __future__ import annotations
+
+import tempfile
+
+import torch
+
+
+def word_tokenizer(vocab_size: int):
+    """A `PreTrainedTokenizerFast` whose ids 0..vocab_size-3 are the words w0, w1, ...; the last two
+    ids are <pad> and <eos>. Text "w5 w9" is ids [5, 9]: no BOS, one token per word."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(vocab_size - 2)} | {"<pad>": vocab_size - 2, "<eos>": vocab_size - 1}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+
+
+def random_prompts(n: int, length: int, vocab_size: int, seed: int = 0) -> list[str]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab_size - 2, (n, length), generator=g)
+    return [" ".join(f"w{i}" for i in row) for row in ids.tolist()]
+
+
+def trainer(kind: str, model, tokenizer, prompts: list[str], reward_fn, *, num_generations: int, batch_size: int,
+            max_completion_length: int, beta: float, **config):
+    """TRL's GRPOTrainer (kind 'grpo') or RLOOTrainer ('rloo') on CPU, nothing logged or saved;
+    `config` goes to the trainer's config. The model is saved to a temporary folder first: TRL
+    builds its reference model from the policy's path."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
+
+    Config, Trainer = {"grpo": (GRPOConfig, GRPOTrainer), "rloo": (RLOOConfig, RLOOTrainer)}[kind]
+    path = tempfile.mkdtemp(prefix="trl-model-")
+    model.save_pretrained(path)
+    args = Config(
+        output_dir=tempfile.mkdtemp(prefix="trl-"), use_cpu=True, report_to=[], save_strategy="no",
+        logging_strategy="no", per_device_train_batch_size=batch_size, num_generations=num_generations,
+        max_completion_length=max_completion_length, beta=beta, temperature=1.0, bf16=False, fp16=False,
+        dataloader_num_workers=0, disable_tqdm=True, seed=0, **config,
+    )
+    return Trainer(model=path, reward_funcs=reward_fn, args=args, train_dataset=Dataset.from_dict({"prompt": prompts}),
+                   processing_class=tokenizer)
