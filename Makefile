@@ -39,3 +39,4 @@ refresh: install
 
 benchmark: install
 	$(BIN)/python benchmarks/sampler_vs_hf.py
+	$(BIN)/python benchmarks/grpo_vs_trl.py

@@ -8,6 +8,7 @@ returns None on purpose: a returned value would be displayed after the PASS/FAIL
 """
 from __future__ import annotations
 
+import itertools
 import math
 from fractions import Fraction
 
@@ -304,3 +305,72 @@ def bias_and_variance(student_fn) -> None:
     cases = [("unbiased estimator", (terms, probs, exact)), ("biased estimator", (terms + 0.3, probs, exact)),
              ("a sure thing (one outcome)", (terms[:1], torch.ones(1, dtype=torch.float64), terms[0]))]
     run_cases("bias_and_variance", lambda *a: torch.tensor([float(x) for x in student_fn(*a)]), _loop_bias_variance, cases)
+
+
+# ---------------------------------------------------------------- lesson 05
+def _loop_clipped_objective(ratio, advantages, eps):
+    out = torch.zeros(ratio.shape, dtype=torch.float64)
+    for idx in itertools.product(*(range(n) for n in ratio.shape)):
+        r, a = float(ratio[idx]), float(advantages[idx])
+        clipped = min(max(r, 1 - eps), 1 + eps)
+        out[idx] = min(r * a, clipped * a)
+    return out
+
+
+def clipped_objective(student_fn) -> None:
+    """Check clipped_objective(ratio, advantages, eps) -> min(ratio A, clip(ratio, 1-eps, 1+eps) A), per token."""
+    g = torch.Generator().manual_seed(0)
+    ratio = torch.exp(0.5 * torch.randn(4, 6, generator=g, dtype=torch.float64))  # on both sides of the clip
+    adv = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    edges = torch.tensor([[0.8, 1.2, 1.0, 0.5, 3.0, 0.0]], dtype=torch.float64)  # the clip's edges, far outside
+    cases = [("random ratios and advantages", (ratio, adv, 0.2)),
+             ("positive advantages only", (ratio, adv.abs(), 0.2)),
+             ("negative advantages only", (ratio, -adv.abs(), 0.2)),
+             ("ratios on the edges, A = +1", (edges, torch.ones_like(edges), 0.2)),
+             ("ratios on the edges, A = -1", (edges, -torch.ones_like(edges), 0.2)),
+             ("zero advantages", (ratio, torch.zeros_like(ratio), 0.2)),
+             ("eps = 0.1", (ratio, adv, 0.1))]
+    run_cases("clipped_objective", student_fn, _loop_clipped_objective, cases)
+
+
+# ---------------------------------------------------------------- lesson 06
+def _loop_group_advantages(rewards, group_size, eps):
+    out = []
+    values = [float(r) for r in rewards]
+    for start in range(0, len(values), group_size):
+        group = values[start : start + group_size]
+        mean = sum(group) / len(group)
+        std = math.sqrt(sum((r - mean) ** 2 for r in group) / (len(group) - 1))  # sample std, N - 1
+        out += [(r - mean) / (std + eps) for r in group]
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def group_advantages(student_fn) -> None:
+    """Check group_advantages(rewards, group_size, eps) -> (r - group mean) / (sample std + eps), groups consecutive."""
+    g = torch.Generator().manual_seed(0)
+    cases = [("one group of 8", (torch.randn(8, generator=g, dtype=torch.float64), 8, 1e-4)),
+             ("three groups of 4", (torch.randn(12, generator=g, dtype=torch.float64), 4, 1e-4)),
+             ("0/1 rewards, one group all correct", (torch.tensor([1.0, 0, 1, 0, 1, 1, 1, 1], dtype=torch.float64), 4, 1e-4)),
+             ("a group of all-equal rewards (zero, not NaN)", (torch.full((4,), 3.0, dtype=torch.float64), 4, 1e-4)),
+             ("groups of 2", (torch.tensor([0.0, 1.0, 5.0, -5.0], dtype=torch.float64), 2, 1e-4)),
+             ("large rewards", (1e3 * torch.randn(8, generator=g, dtype=torch.float64), 4, 1e-4))]
+    run_cases("group_advantages", student_fn, _loop_group_advantages, cases)
+
+
+def _loop_k3(logp, ref_logp):
+    out = torch.zeros(logp.shape, dtype=torch.float64)
+    for idx in itertools.product(*(range(n) for n in logp.shape)):
+        q_over_p = math.exp(float(ref_logp[idx]) - float(logp[idx]))
+        out[idx] = q_over_p - 1 - math.log(q_over_p)
+    return out
+
+
+def kl_k3(student_fn) -> None:
+    """Check kl_k3(logp, ref_logp) -> q/p - 1 - log(q/p) per token, p = pi_theta, q = pi_ref."""
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 3
+    ref = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 3
+    cases = [("random log-probs", (logp, ref)), ("the same policy (0)", (logp, logp.clone())),
+             ("reference far less likely", (logp, logp - 5.0)), ("reference far more likely", (logp - 5.0, logp)),
+             ("one token", (logp[:1, :1], ref[:1, :1]))]
+    run_cases("kl_k3", student_fn, _loop_k3, cases)

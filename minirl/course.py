@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -84,9 +85,14 @@ def main() -> None:
     else:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        for path in lesson_paths(args.paths):
+        paths = lesson_paths(args.paths)
+        for path in paths:
             nbformat.write(student_version(nbformat.read(path, as_version=4)), out / path.name)
             print(f"wrote {out / path.name}")
+        sweeps = paths[0].parent / "sweeps" if paths else None
+        if sweeps is not None and sweeps.is_dir():  # recorded sweep results that lessons plot
+            shutil.copytree(sweeps, out / "sweeps", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+            print(f"copied {sweeps.name}/ to {out / 'sweeps'}")
 
 
 if __name__ == "__main__":

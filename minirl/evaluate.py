@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from . import datasets, grammar, rewards
-from .sampling import sample
+from .sampling import completion_logprobs, sample
+from .tokenizer import load_tokenizer
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -77,3 +78,17 @@ def base_model_report(model, enc, seed: int = 0, samples_per_family: int = 512) 
     report["arithmetic"].update({"heldout_prompts": len(heldout), **{f"pass@{k}": round(v, 4) for k, v in pk.items()}})
     return report
 
+
+
+@torch.no_grad()
+def heldout_report(model, task, reference=None, samples: int = 4, seed: int = 123, tokenizer=None) -> dict[str, float]:
+    """A task's gold metrics on its held-out prompts (`samples` completions each, T = 1), the mean
+    task reward, and, given the `reference` model, the KL(pi || pi_ref) per completion estimated
+    from the same samples (the sum of log pi - log pi_ref over each completion's tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    out = sample(model, task.test_prompts, max_new_tokens=task.max_new_tokens, group_size=samples, generator=g,
+                 tokenizer=tokenizer)
+    report = {**task.gold(out), "reward": task.token_rewards(out, tokenizer or load_tokenizer()).sum(1).mean().item()}
+    if reference is not None:
+        report["kl"] = ((out.logprobs - completion_logprobs(reference, out)) * out.mask).sum(1).mean().item()
+    return report

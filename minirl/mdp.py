@@ -116,6 +116,48 @@ class MicroMDP:
             v[s] = (pi[s] * q[s]).sum()
         return q
 
+    # ------------------------------------------------------------ KL-regularized RL
+    def kl(self, logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:
+        """KL(pi || pi_ref) over whole completions, mean over prompts; differentiable in `logits`."""
+        per_prompt = []
+        for p in self.prompts:
+            probs = self.completion_probs(logits, p)
+            per_prompt.append((probs * (probs.log() - self.completion_probs(ref_logits, p).log())).sum())
+        return torch.stack(per_prompt).mean()
+
+    def regularized_objective(self, logits: torch.Tensor, ref_logits: torch.Tensor, beta: float) -> torch.Tensor:
+        """J(theta) - beta * KL(pi_theta || pi_ref): what PPO-RLHF maximizes with R_total = r - beta*KL."""
+        return self.objective(logits) - beta * self.kl(logits, ref_logits)
+
+    def partition(self, ref_logits: torch.Tensor, beta: float, prompt: str) -> torch.Tensor:
+        """Z(x) = sum_tau pi_ref(tau | x) exp(R(tau) / beta)."""
+        return (self.completion_probs(ref_logits, prompt) * torch.exp(self.returns(prompt) / beta)).sum()
+
+    def optimal_completion_probs(self, ref_logits: torch.Tensor, beta: float, prompt: str) -> torch.Tensor:
+        """The maximizer of J - beta*KL over all distributions on completions, in closed form:
+        pi*(tau | x) = pi_ref(tau | x) exp(R(tau) / beta) / Z(x)."""
+        return self.completion_probs(ref_logits, prompt) * torch.exp(self.returns(prompt) / beta) / self.partition(
+            ref_logits, beta, prompt)
+
+    def optimal_logits(self, ref_logits: torch.Tensor, beta: float) -> torch.Tensor:
+        """A tabular policy whose completions follow pi*: logits(s, a) = log pi_ref(a|s) + Q_soft(s, a) / beta,
+        with the soft values Q_soft(s, a) = r(s, a) + V_soft(s') and V_soft(s) = beta log sum_a
+        pi_ref(a|s) exp(Q_soft(s, a) / beta) (0 after the end), computed backwards from the horizon.
+        Needs gamma = 1 (the closed form above is for undiscounted returns)."""
+        if self.gamma != 1.0:
+            raise ValueError("the closed-form optimum is for gamma = 1")
+        log_ref = torch.log_softmax(ref_logits.detach().double(), dim=-1)
+        q = torch.zeros_like(log_ref)
+        v = torch.zeros(len(self.states), dtype=log_ref.dtype)
+        for s in sorted(range(len(self.states)), key=lambda i: -len(self.states[i][1])):  # longest prefix first
+            prompt, prefix = self.states[s]
+            for a, action in enumerate(self.actions):
+                q[s, a] = self.reward(prompt, prefix, action)
+                if not self.ends(prefix, action):
+                    q[s, a] += v[self.state_index[(prompt, prefix + (action,))]]
+            v[s] = beta * torch.logsumexp(log_ref[s] + q[s] / beta, dim=0)
+        return log_ref + q / beta
+
     # ------------------------------------------------------------ sampling
     def sample(self, logits: torch.Tensor, n: int, generator: torch.Generator | None = None) -> list[tuple[str, tuple[str, ...]]]:
         """n episodes (prompt, completion): the prompt uniformly at random, then tokens from pi."""

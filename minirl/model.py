@@ -87,12 +87,17 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd)
 
-    def forward(self, x, mask, cache: KVCache | None, layer: int):
+    def forward(self, x, mask, cache: KVCache | None, layer: int, prefix=None, record=None):
         B, T, C = x.shape
         # (B, T, 3C) -> (3, B, n_head, T, head_dim): queries, keys, values
         qkv = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
-        if cache is not None:
+        if record is not None:
+            record.append(qkv[1:])
+        if prefix is not None:  # keys/values of earlier tokens, kept with autograd (no in-place cache writes)
+            k, v = torch.cat([prefix[layer][0], k], dim=2), torch.cat([prefix[layer][1], v], dim=2)
+            is_causal = False
+        elif cache is not None:
             start = cache.length
             cache.kv[layer, :, :, :, start : start + T] = qkv[1:]
             k, v = cache.kv[layer, 0, :, :, : start + T], cache.kv[layer, 1, :, :, : start + T]
@@ -124,8 +129,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd)
         self.mlp = MLP(config)
 
-    def forward(self, x, mask, cache, layer):
-        x = x + self.attn(self.ln_1(x), mask, cache, layer)
+    def forward(self, x, mask, cache, layer, prefix=None, record=None):
+        x = x + self.attn(self.ln_1(x), mask, cache, layer, prefix, record)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -152,15 +157,19 @@ class GPT(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def hidden_states(self, idx, *, positions=None, key_mask=None, cache: KVCache | None = None):
+    def hidden_states(self, idx, *, positions=None, key_mask=None, cache: KVCache | None = None, prefix=None,
+                      record: list | None = None):
         """Final-LayerNorm hidden states (B, T, n_embd) for tokens `idx` (B, T).
 
         positions: (B, T) position ids, default start..start+T-1 (start = cache.length or 0).
         key_mask: (B, S) with 1 for real tokens over every slot so far (S = start + T), or None.
-        cache: filled in place with this chunk's keys and values, and advanced by T.
+        cache: filled in place with this chunk's keys and values, and advanced by T (for sampling).
+        record: a list that receives each layer's keys and values (2, B, n_head, T, head_dim).
+        prefix: such a list for tokens that come before `idx` (start = their length); unlike the
+        cache it keeps gradients, so a shared prompt can be computed once for its group in training.
         """
         B, T = idx.shape
-        start = cache.length if cache is not None else 0
+        start = cache.length if cache is not None else (prefix[0].size(3) if prefix is not None else 0)
         if start + T > self.config.n_ctx:
             raise ValueError(
                 f"sequence of {start + T} tokens is longer than the context window n_ctx={self.config.n_ctx}"
@@ -170,7 +179,7 @@ class GPT(nn.Module):
         x = self.wte(idx) + self.wpe(positions)  # (B, T, C)
         mask = attention_mask(key_mask, start, T, start + T, idx.device)
         for layer, block in enumerate(self.h):
-            x = block(x, mask, cache, layer)
+            x = block(x, mask, cache, layer, prefix, record)
         if cache is not None:
             cache.length += T
         return self.ln_f(x)

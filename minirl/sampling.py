@@ -35,6 +35,14 @@ class Rollout:
     prompts: list[str] | None = None  # (B,) prompt text per row (repeated group_size times)
     texts: list[str] | None = None  # (B,) completion text per row, without EOS
 
+    def select(self, rows: torch.Tensor) -> "Rollout":
+        """The rollout restricted to `rows` (a minibatch); group_size becomes 1."""
+        idx = rows.tolist()
+        return Rollout(self.prompt_tokens[rows], self.prompt_mask[rows], self.tokens[rows], self.logprobs[rows],
+                       self.mask[rows], self.truncated[rows], 1,
+                       None if self.prompts is None else [self.prompts[i] for i in idx],
+                       None if self.texts is None else [self.texts[i] for i in idx])
+
     def sequences(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Prompt + completion as one batch: ids (B, P+T), key_mask (B, P+T), positions (B, P+T)."""
         ids = torch.cat([self.prompt_tokens, self.tokens], dim=1)
@@ -205,11 +213,36 @@ def decode_completion(enc, tokens: list[int], eos: int) -> str:
 def completion_hidden(model: GPT, rollout: Rollout) -> torch.Tensor:
     """Hidden states (B, T, C) of the state *before* each completion token, from one forward pass
     over prompt + completion (with gradients, if enabled). Position P-1+t holds the prefix that
-    chose token t: the policy reads its logits there, and a critic its value."""
+    chose token t: the policy reads its logits there, and a critic its value.
+
+    With group_size G > 1 the G rows of a group share their prompt, so the prompt is run once per
+    group and its keys and values are repeated for the G completions (as the sampler's prefill
+    does): the same numbers, and the gradient flows into the shared prompt through all G rows.
+    """
+    if rollout.group_size > 1:
+        return shared_prompt_hidden(model, rollout)
     ids, key_mask, positions = rollout.sequences()
     P = rollout.prompt_tokens.size(1)
     hidden = model.hidden_states(ids[:, :-1], positions=positions[:, :-1], key_mask=key_mask[:, :-1])  # (B, P+T-1, C)
     return hidden[:, P - 1 :]
+
+
+def shared_prompt_hidden(model: GPT, rollout: Rollout) -> torch.Tensor:
+    """`completion_hidden` computing each group's prompt once: (B, T, C)."""
+    G, T = rollout.group_size, rollout.tokens.size(1)
+    prompt_ids, prompt_mask = rollout.prompt_tokens[::G], rollout.prompt_mask[::G]  # (B/G, P) one row per prompt
+    kv: list[torch.Tensor] = []
+    prompt_hidden = model.hidden_states(prompt_ids, positions=positions_from_mask(prompt_mask), key_mask=prompt_mask,
+                                        record=kv)  # (B/G, P, C)
+    first = prompt_hidden[:, -1:].repeat_interleave(G, dim=0)  # (B, 1, C) the state before token 0
+    if T == 1:
+        return first
+    prefix = [x.repeat_interleave(G, dim=1) for x in kv]  # per layer (2, B, n_head, P, head_dim)
+    _, key_mask, positions = rollout.sequences()
+    P = prompt_ids.size(1)
+    rest = model.hidden_states(rollout.tokens[:, :-1], positions=positions[:, P:-1], key_mask=key_mask[:, :-1],
+                               prefix=prefix)  # (B, T-1, C)
+    return torch.cat([first, rest], dim=1)
 
 
 def completion_logits(model: GPT, rollout: Rollout) -> torch.Tensor:

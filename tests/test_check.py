@@ -38,3 +38,18 @@ def test_a_crashing_student_function_prints_fail(capsys):
 def test_max_difference_treats_matching_nans_as_equal():
     assert check.max_difference([1.0, math.nan], [1.0, math.nan]) == 0.0
     assert check.max_difference([1.0, 0.0], [1.0, math.nan]) == math.inf
+
+
+def test_lesson_05_06_checkers(capsys):
+    from minirl import advantages, kl, losses
+    assert verdict(capsys, check.clipped_objective,
+                   lambda r, a, eps: losses.clipped_objective(r.log(), a, eps)).startswith("PASS clipped_objective: 7 cases")
+    clip_on_advantage = lambda r, a, eps: torch.minimum(r * a, r * a.clamp(1 - eps, 1 + eps))  # noqa: E731
+    assert verdict(capsys, check.clipped_objective, clip_on_advantage).startswith("FAIL clipped_objective")
+    assert verdict(capsys, check.group_advantages,
+                   lambda r, g, eps: advantages.group_normalize(r, g, eps)).startswith("PASS group_advantages: 6 cases")
+    population_std = lambda r, g, eps: ((r.view(-1, g) - r.view(-1, g).mean(1, keepdim=True))  # noqa: E731
+                                        / (r.view(-1, g).std(1, unbiased=False, keepdim=True) + eps)).reshape(-1)
+    assert verdict(capsys, check.group_advantages, population_std).startswith("FAIL group_advantages")
+    assert verdict(capsys, check.kl_k3, kl.kl_k3).startswith("PASS kl_k3: 5 cases")
+    assert verdict(capsys, check.kl_k3, lambda p, q: kl.kl_k3(q, p)).startswith("FAIL kl_k3")  # sign of log ratio flipped

@@ -100,3 +100,30 @@ def test_bias_and_variance_of_a_two_point_estimator():
     probs = torch.tensor([0.5, 0.5], dtype=torch.float64)
     bias, var = bias_and_variance(terms, probs, torch.tensor([2.0, 1.0], dtype=torch.float64))
     assert bias == pytest.approx(1.0) and var == pytest.approx(4.0)  # E g = (2, 2); Var = E (g1 - 2)^2 = 4
+
+
+def test_kl_regularized_optimum_in_closed_form():
+    """pi_ref * exp(R / beta) / Z maximizes J - beta KL: the soft-value tabular policy produces it
+    exactly, gradient ascent on the exact objective converges to it, and no other policy beats it."""
+    mdp = MicroMDP()
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(mdp.shape, generator=g, dtype=torch.float64)
+    beta = 0.5
+    star = mdp.optimal_logits(ref, beta)
+    for p in mdp.prompts:
+        closed = mdp.optimal_completion_probs(ref, beta, p)
+        assert closed.sum().item() == pytest.approx(1.0)
+        assert torch.allclose(mdp.completion_probs(star, p), closed, atol=1e-12)
+    best = mdp.regularized_objective(star, ref, beta).item()
+    # the optimum's value is beta * log Z, averaged over prompts
+    assert best == pytest.approx(sum(beta * mdp.partition(ref, beta, p).log().item() for p in mdp.prompts) / 2, abs=1e-12)
+    theta = ref.clone().requires_grad_(True)
+    opt = torch.optim.Adam([theta], lr=0.2)
+    for _ in range(150):
+        opt.zero_grad()
+        (-mdp.regularized_objective(theta, ref, beta)).backward()
+        opt.step()
+    assert mdp.regularized_objective(theta.detach(), ref, beta).item() == pytest.approx(best, abs=1e-5)
+    for _ in range(5):
+        other = star + 0.3 * torch.randn(mdp.shape, generator=g, dtype=torch.float64)
+        assert mdp.regularized_objective(other, ref, beta).item() < best

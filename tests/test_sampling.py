@@ -4,7 +4,7 @@ import torch
 
 import minirl
 from minirl.model import GPT, GPTConfig, KVCache
-from minirl.sampling import completion_logprobs, left_pad, positions_from_mask, sample_tokens
+from minirl.sampling import completion_hidden, completion_logprobs, left_pad, positions_from_mask, sample_tokens
 
 CONFIG = GPTConfig(vocab_size=13, n_ctx=40, n_embd=32, n_layer=2, n_head=4)
 EOS, PAD = 11, 12
@@ -129,3 +129,24 @@ def test_sample_on_text_prompts_returns_texts():
     assert len(out.texts) == 4 and all(isinstance(t, str) and "<|" not in t for t in out.texts)
     with pytest.raises(TypeError, match="list of strings"):
         minirl.sample(model, "q: 1+2= a:", max_new_tokens=4)
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 12])
+def test_shared_prompt_pass_equals_one_pass_per_row_with_gradients(model, max_new_tokens):
+    """completion_hidden runs each group's prompt once; values and parameter gradients equal the
+    plain pass over every row (ragged prompts, so the left padding is exercised)."""
+    out = sample_tokens(model, PROMPTS, max_new_tokens=max_new_tokens, eos_token_id=EOS, pad_token_id=PAD, group_size=3,
+                        generator=torch.Generator().manual_seed(3))
+    weights = torch.randn(out.tokens.shape, generator=torch.Generator().manual_seed(4))
+
+    def value_and_grads(rollout):
+        model.zero_grad()
+        hidden = completion_hidden(model, rollout)
+        (hidden.sum(-1) * weights * rollout.mask).sum().backward()
+        return hidden.detach(), [p.grad.clone() for p in model.parameters()]
+
+    shared, shared_grads = value_and_grads(out)
+    plain, plain_grads = value_and_grads(out.select(torch.arange(out.tokens.size(0))))  # group_size 1: one pass per row
+    assert (shared - plain)[out.mask.bool()].abs().max().item() <= 1e-5
+    for a, b in zip(shared_grads, plain_grads):
+        assert torch.allclose(a, b, atol=1e-4)

@@ -1,0 +1,120 @@
+"""GRPO (Shao et al., 2024): policy optimization without a critic, the baseline being the group.
+
+One loop, fixed steps:
+
+    1. pick `prompts_per_step` prompts; sample `group_size` completions of each from one prefill
+       per prompt (minirl.sample copies the prompt's KV cache to its G rows: GRPO branches only at
+       the prompt)
+    2. one reward per completion (the task's per-token rewards summed: for arithmetic, 1 if right)
+    3. advantages within each group: (r - mean) / (std + eps) ('group'), r - mean ('group_mean',
+       Dr. GRPO), or r - mean of the others ('leave_one_out', RLOO); every token of a completion
+       gets its completion's advantage
+    4. `inner_steps` gradient steps on the same batch with minirl.losses.grpo_loss: the clipped
+       ratio against the policy that sampled the batch, plus beta * k3 KL to the frozen reference
+
+The log-probs returned by the sampler are the old policy's (temperature 1), so no extra forward
+pass is needed for pi_old; the reference costs one forward pass without gradients per step. Both
+forward passes run each prompt once for its group (`sampling.completion_hidden`).
+"""
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+from dataclasses import dataclass
+
+import torch
+
+from . import advantages as adv
+from .losses import grpo_loss
+from .model import GPT
+from .notebook import progress
+from .ops import entropy_from_logits, masked_mean, token_logprobs
+from .sampling import Rollout, completion_logits, completion_logprobs, sample
+from .tasks import Task
+from .tokenizer import load_tokenizer
+
+ADVANTAGES = ("group", "group_mean", "leave_one_out")
+
+
+@dataclass
+class GRPOConfig:
+    steps: int = 120
+    prompts_per_step: int = 16
+    group_size: int = 8
+    lr: float = 5e-4
+    beta: float = 0.04
+    clip_eps: float = 0.2
+    inner_steps: int = 1  # the paper's mu; 1 (its and TRL's default) leaves the ratio at 1, so the clip never binds
+    advantage: str = "group"
+    aggregation: str = "sequence_mean"
+    max_grad_norm: float = 1.0
+    seed: int = 0
+
+
+def group_advantages(rewards: torch.Tensor, config: GRPOConfig) -> torch.Tensor:
+    """(B,) rewards -> (B,) advantages by `config.advantage`."""
+    if config.advantage == "group":
+        return adv.group_normalize(rewards, config.group_size)
+    if config.advantage == "group_mean":
+        return adv.group_normalize(rewards, config.group_size, scale=False)
+    if config.advantage == "leave_one_out":
+        return adv.leave_one_out(rewards, config.group_size)
+    raise ValueError(f"unknown advantage {config.advantage!r}; choose one of {ADVANTAGES}")
+
+
+def zero_advantage_fraction(rewards: torch.Tensor, group_size: int) -> float:
+    """Share of groups whose rewards are all equal: their advantages are 0 and they teach nothing."""
+    g = rewards.view(-1, group_size)
+    return (g == g[:, :1]).all(dim=1).float().mean().item()
+
+
+def grpo_update(policy: GPT, opt: torch.optim.Optimizer, rollout: Rollout, rewards: torch.Tensor,
+                ref_logprobs: torch.Tensor, config: GRPOConfig, max_len: int) -> dict[str, float]:
+    """Steps 3-4 on one sampled batch: group advantages, then `inner_steps` steps on grpo_loss.
+    rewards (B,); ref_logprobs (B, T) of the rollout's tokens under the reference."""
+    advantages = group_advantages(rewards, config)
+    mask = rollout.mask
+    metrics = {}
+    for inner in range(config.inner_steps):
+        logits = completion_logits(policy, rollout)  # (B, T, V)
+        loss, diag = grpo_loss(token_logprobs(logits, rollout.tokens), rollout.logprobs, ref_logprobs, advantages, mask,
+                               clip_eps=config.clip_eps, beta=config.beta, aggregation=config.aggregation, max_len=max_len)
+        if not math.isfinite(loss.item()):
+            raise FloatingPointError(f"loss is {loss.item()}: lower lr or check the rewards")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
+        opt.step()
+        if inner == 0:  # the batch as sampled: ratio 1, so the loss is -mean advantage + beta * KL
+            metrics.update(loss_first=loss.item(), kl=diag["kl"],
+                           entropy=masked_mean(entropy_from_logits(logits.detach()), mask).item())
+    metrics.update(loss_last=loss.item(), clip_fraction=diag["clip_fraction"],
+                   zero_adv_groups=zero_advantage_fraction(rewards, config.group_size))
+    return metrics
+
+
+def train_grpo(policy: GPT, task: Task, config: GRPOConfig, tokenizer=None) -> list[dict]:
+    """Train `policy` in place on `task`; returns one dict of metrics per step."""
+    enc = tokenizer or load_tokenizer()
+    reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(config.seed)
+    rng = random.Random(config.seed)
+    history = []
+    for step in progress(range(config.steps), desc="GRPO"):
+        start = time.perf_counter()
+        prompts = [rng.choice(task.train_prompts) for _ in range(config.prompts_per_step)]
+        rollout = sample(policy, prompts, max_new_tokens=task.max_new_tokens, group_size=config.group_size,
+                         generator=generator, tokenizer=enc)
+        rewards = task.token_rewards(rollout, enc).sum(dim=1)  # (B,) one reward per completion
+        with torch.no_grad():
+            ref_logprobs = completion_logprobs(reference, rollout)
+        metrics = {"step": step, "reward": rewards.mean().item(), "length": rollout.mask.sum(1).mean().item(),
+                   **task.gold(rollout)}
+        metrics.update(grpo_update(policy, opt, rollout, rewards, ref_logprobs, config, task.max_new_tokens))
+        metrics["step_time"] = time.perf_counter() - start
+        history.append(metrics)
+    policy.eval()
+    return history

@@ -1,0 +1,118 @@
+"""How much memory PPO, GRPO and DPO training take, by model size and precision.
+
+The models each algorithm keeps (seed 001/004):
+
+    PPO    policy (trained), reference (frozen), critic (trained), reward model (frozen)
+    GRPO   policy (trained), reference (frozen), reward model (frozen; none for verifiable rewards)
+    DPO    policy (trained), reference (frozen)
+
+A trained model costs its weights, gradients, optimizer state and (mixed precision) fp32 master
+weights; a frozen one its weights only. Two ways to count bytes per parameter:
+
+    preset "seed"        every copy in 16-bit, Adam's two moments in 16-bit, gradients and fp32
+                         master weights left out: 6 bytes per trained parameter, 2 per frozen.
+                         It reproduces the seed's 8B figures, 8 x 16 GB = 128 GB for PPO and
+                         5 x 16 GB = 80 GB for GRPO with a reward model.
+    preset "mixed_adam"  mixed-precision Adam as trainers run it: bf16 weights (2) and gradients
+                         (2), fp32 master weights (4) and moments (4 + 4): 16 bytes per trained
+                         parameter, 2 per frozen. An 8B policy alone is then 128 GB.
+
+Activations and the KV cache depend on the batch, not only on the model; `activation_bytes` and
+`kv_cache_bytes` count them for a Llama-style shape (`SHAPES`), and `training_memory` adds them
+when given a batch. These are estimates: allocator overhead, temporary buffers and the logits
+(batch x length x vocabulary, large for 128k vocabularies) are left out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Precision:
+    weights: int  # bytes per parameter of every copy
+    grads: int  # bytes per trained parameter
+    master: int  # fp32 master copy of trained weights (mixed precision)
+    optimizer: int  # Adam's two moments, per trained parameter
+    activation: int = 2  # bytes per stored activation value (16-bit)
+
+    def trained(self) -> int:
+        return self.weights + self.grads + self.master + self.optimizer
+
+    def frozen(self) -> int:
+        return self.weights
+
+
+PRESETS = {
+    "seed": Precision(weights=2, grads=0, master=0, optimizer=4),
+    "mixed_adam": Precision(weights=2, grads=2, master=4, optimizer=8),
+}
+
+# the models each algorithm keeps in memory, and whether each is trained
+MODELS = {
+    "ppo": {"policy": True, "reference": False, "critic": True, "reward": False},
+    "grpo": {"policy": True, "reference": False, "reward": False},
+    "dpo": {"policy": True, "reference": False},
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Llama-3-style decoder: layers, width, attention heads, key/value heads (grouped-query)."""
+    n_layer: int
+    d_model: int
+    n_head: int
+    n_kv_head: int
+
+
+# Llama 3.x shapes (Meta's model cards), keyed by nominal size in billions of parameters
+SHAPES = {1: Shape(16, 2048, 32, 8), 3: Shape(28, 3072, 24, 8), 8: Shape(32, 4096, 32, 8), 70: Shape(80, 8192, 64, 8)}
+
+
+def kv_cache_bytes(shape: Shape, batch: int, seq_len: int, bytes_per_value: int = 2) -> float:
+    """Keys and values of every layer for `batch` sequences of `seq_len` tokens:
+    2 * n_layer * batch * seq_len * n_kv_head * head_dim values."""
+    head_dim = shape.d_model // shape.n_head
+    return 2 * shape.n_layer * batch * seq_len * shape.n_kv_head * head_dim * bytes_per_value
+
+
+def activation_bytes(shape: Shape, batch: int, seq_len: int, checkpointing: bool = True, bytes_per_value: int = 2) -> float:
+    """Activations kept for the backward pass of one trained model. With activation checkpointing,
+    each layer keeps only its input (batch * seq_len * d_model values); without it, about 34 values
+    per token and width and 5 * n_head * seq_len per token for attention scores, per layer
+    (Korthikanti et al., 2022, for 16-bit activations, no flash attention)."""
+    tokens = batch * seq_len
+    if checkpointing:
+        per_layer = tokens * shape.d_model * bytes_per_value
+    else:
+        per_layer = tokens * shape.d_model * 34 + tokens * 5 * shape.n_head * seq_len
+    return shape.n_layer * per_layer
+
+
+def training_memory(algorithm: str, n_params: float, preset: str = "mixed_adam", reward_model: bool = True,
+                    batch: int = 0, seq_len: int = 0, shape: Shape | None = None,
+                    checkpointing: bool = True) -> dict[str, float]:
+    """Memory in GB, by component, of training with `algorithm` ('ppo', 'grpo', 'dpo') a policy of
+    `n_params` parameters (every other model the same size). reward_model=False drops the reward
+    model (verifiable rewards). With batch, seq_len and shape: activations of each trained model and
+    the KV cache of generation (PPO and GRPO sample; DPO trains on fixed pairs, so none)."""
+    if algorithm not in MODELS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(MODELS)}")
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    p = PRESETS[preset]
+    out = {}
+    for model, trained in MODELS[algorithm].items():
+        if model == "reward" and not reward_model:
+            continue
+        out[model] = n_params * (p.trained() if trained else p.frozen()) / GB
+    if batch and seq_len:
+        if shape is None:
+            raise ValueError("activations and the KV cache need the model's shape (minirl.memory.SHAPES)")
+        n_trained = sum(MODELS[algorithm].values())
+        out["activations"] = n_trained * activation_bytes(shape, batch, seq_len, checkpointing, p.activation) / GB
+        if algorithm != "dpo":
+            out["kv_cache"] = kv_cache_bytes(shape, batch, seq_len, p.activation) / GB
+    out["total"] = sum(out.values())
+    return out

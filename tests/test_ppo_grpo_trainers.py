@@ -1,0 +1,93 @@
+"""The PPO and GRPO trainers: their pieces by hand, that they learn, that each switch acts, and
+that they stop loudly on NaN."""
+import dataclasses
+
+import pytest
+import torch
+
+import minirl
+from minirl import tasks
+from minirl.grpo_trainer import GRPOConfig, group_advantages, train_grpo, zero_advantage_fraction
+from minirl.ppo_trainer import PPOConfig, explained_variance, rlhf_rewards, train_ppo
+
+
+def test_rlhf_rewards_put_the_score_at_the_last_action_token():
+    logp = torch.tensor([[-1.0, -2.0, -0.5], [-1.0, -1.0, 0.0]])
+    ref = torch.tensor([[-1.5, -1.0, -0.5], [-2.0, -1.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    r = rlhf_rewards(torch.tensor([2.0, -1.0]), logp, ref, mask, beta=0.1)
+    # KL_t = logp - ref: row 0 (0.5, -1.0, 0.0), row 1 (1.0, 0.0, [padding])
+    assert torch.allclose(r, torch.tensor([[-0.05, 0.1, 2.0], [-0.1, -1.0, 0.0]]))
+    assert torch.allclose(r.sum(1), torch.tensor([2.0 - 0.1 * -0.5, -1.0 - 0.1 * 1.0]))  # R_total = score - beta KL
+
+
+def test_explained_variance_by_hand():
+    returns = torch.tensor([[1.0, 2.0, 3.0, 99.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    assert explained_variance(returns, returns, mask) == pytest.approx(1.0)
+    assert explained_variance(torch.full_like(returns, 2.0), returns, mask) == pytest.approx(0.0)
+    # residuals (0.5, 0, -0.5): variance 0.25 against Var(returns) = 1
+    assert explained_variance(torch.tensor([[0.5, 2.0, 3.5, 0.0]]), returns, mask) == pytest.approx(0.75)
+
+
+def test_group_advantages_and_the_zero_advantage_share():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    config = GRPOConfig(group_size=4)
+    assert group_advantages(rewards, config)[4:].eq(0).all()
+    assert zero_advantage_fraction(rewards, 4) == 0.5
+    loo = group_advantages(rewards, dataclasses.replace(config, advantage="leave_one_out"))
+    assert loo[:4].tolist() == pytest.approx([2 / 3, -2 / 3, 2 / 3, -2 / 3])
+    with pytest.raises(ValueError, match="unknown advantage"):
+        group_advantages(rewards, dataclasses.replace(config, advantage="vtrace"))
+
+
+def test_rollout_select_keeps_rows_aligned():
+    enc = minirl.load_tokenizer()
+    r = minirl.sample(minirl.load_model("base"), ["q: 1+2= a:", "review: the plot"], max_new_tokens=5, group_size=2,
+                      generator=torch.Generator().manual_seed(0), tokenizer=enc)
+    sub = r.select(torch.tensor([3, 0]))
+    assert sub.texts == [r.texts[3], r.texts[0]] and sub.prompts == [r.prompts[3], r.prompts[0]]
+    assert torch.equal(sub.tokens, r.tokens[[3, 0]]) and torch.equal(sub.mask, r.mask[[3, 0]])
+
+
+@pytest.mark.slow
+def test_ppo_raises_gold_and_records_its_diagnostics():
+    task = tasks.reviews_task("negative")
+    history = train_ppo(minirl.load_model("base"), task, PPOConfig(steps=6, prompts_per_step=8, group_size=2))
+    first, last = history[0]["gold_positive"], sum(h["gold_positive"] for h in history[-2:]) / 2
+    assert last > first + 0.2
+    expected = {"reward", "kl", "entropy", "clip_fraction", "approx_kl", "value_loss", "explained_variance", "length", "gold"}
+    assert expected <= set(history[0])
+    assert history[-1]["explained_variance"] > history[0]["explained_variance"]
+
+
+@pytest.mark.slow
+def test_ppo_switches_act():
+    task = tasks.reviews_task("negative")
+    config = PPOConfig(steps=1, prompts_per_step=4, group_size=2)
+    clipped = train_ppo(minirl.load_model("base"), task, config)[0]
+    unclipped = train_ppo(minirl.load_model("base"), task, dataclasses.replace(config, clip=False))[0]
+    assert clipped["clip_fraction"] > 0 and unclipped["clip_fraction"] == 0
+    one_epoch = train_ppo(minirl.load_model("base"), task, dataclasses.replace(config, epochs=1, minibatches=1))[0]
+    assert one_epoch["approx_kl"] == pytest.approx(0.0, abs=1e-6)  # one step on fresh data: ratio 1
+
+
+@pytest.mark.slow
+def test_grpo_raises_arithmetic_accuracy():
+    task = tasks.arithmetic_task()
+    history = train_grpo(minirl.load_model("base"), task, GRPOConfig(steps=40, inner_steps=2))
+    first = sum(h["correct"] for h in history[:5]) / 5
+    last = sum(h["correct"] for h in history[-5:]) / 5
+    assert last > first + 0.1
+    assert history[-1]["clip_fraction"] > 0  # the second inner step moves the ratio off 1
+    expected = {"reward", "kl", "entropy", "clip_fraction", "length", "zero_adv_groups", "loss_first", "step_time"}
+    assert expected <= set(history[0])
+
+
+@pytest.mark.parametrize("train, config", [(train_ppo, PPOConfig(steps=2, prompts_per_step=2, group_size=2)),
+                                           (train_grpo, GRPOConfig(steps=2, prompts_per_step=2, group_size=2))])
+def test_nan_rewards_stop_training_with_a_clear_message(train, config):
+    task = tasks.arithmetic_task()
+    bad = dataclasses.replace(task, token_rewards=lambda rollout, enc: torch.full_like(rollout.logprobs, float("nan")))
+    with pytest.raises(FloatingPointError, match="loss is nan"):
+        train(minirl.load_model("base"), bad, config)
