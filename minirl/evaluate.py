@@ -79,7 +79,6 @@ def base_model_report(model, enc, seed: int = 0, samples_per_family: int = 512) 
     return report
 
 
-
 @torch.no_grad()
 def heldout_report(model, task, reference=None, samples: int = 4, seed: int = 123, tokenizer=None) -> dict[str, float]:
     """A task's gold metrics on its held-out prompts (`samples` completions each, T = 1), the mean
