@@ -55,7 +55,7 @@ def test_ppo_raises_gold_and_records_its_diagnostics():
     task = tasks.reviews_task("negative")
     history = train_ppo(minirl.load_model("base"), task, PPOConfig(steps=6, prompts_per_step=8, group_size=2))
     first, last = history[0]["gold_positive"], sum(h["gold_positive"] for h in history[-2:]) / 2
-    assert last > first + 0.2
+    assert last > first + 0.2  # measured: 0.06 -> 0.47 at one thread
     expected = {"reward", "kl", "entropy", "clip_fraction", "approx_kl", "value_loss", "explained_variance", "length", "gold"}
     assert expected <= set(history[0])
     assert history[-1]["explained_variance"] > history[0]["explained_variance"]
@@ -78,7 +78,7 @@ def test_grpo_raises_arithmetic_accuracy():
     history = train_grpo(minirl.load_model("base"), task, GRPOConfig(steps=40, inner_steps=2))
     first = sum(h["correct"] for h in history[:5]) / 5
     last = sum(h["correct"] for h in history[-5:]) / 5
-    assert last > first + 0.1
+    assert last > first + 0.1  # measured: 0.45 -> 0.65 (5-step means) at one thread
     assert history[-1]["clip_fraction"] > 0  # the second inner step moves the ratio off 1
     expected = {"reward", "kl", "entropy", "clip_fraction", "length", "zero_adv_groups", "loss_first", "step_time"}
     assert expected <= set(history[0])
