@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import torch
-import transformers
-import trl
-from transformers import TrainerCallback
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for the hub
+import torch  # noqa: E402
+import transformers  # noqa: E402
+import trl  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
