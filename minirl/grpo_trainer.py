@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 import time
 from dataclasses import dataclass
 
@@ -29,10 +28,9 @@ import torch
 from . import advantages as adv
 from .losses import grpo_loss
 from .model import GPT
-from .notebook import progress
 from .ops import entropy_from_logits, masked_mean, token_logprobs
-from .sampling import Rollout, completion_logits, completion_logprobs, sample
-from .tasks import Task
+from .sampling import Rollout, completion_logits, completion_logprobs
+from .tasks import Task, training_batches
 from .tokenizer import load_tokenizer
 
 ADVANTAGES = ("group", "group_mean", "leave_one_out")
@@ -101,20 +99,17 @@ def train_grpo(policy: GPT, task: Task, config: GRPOConfig, tokenizer=None) -> l
     reference = copy.deepcopy(policy).eval().requires_grad_(False)
     opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)
-    rng = random.Random(config.seed)
     history = []
-    for step in progress(range(config.steps), desc="GRPO"):
-        start = time.perf_counter()
-        prompts = [rng.choice(task.train_prompts) for _ in range(config.prompts_per_step)]
-        rollout = sample(policy, prompts, max_new_tokens=task.max_new_tokens, group_size=config.group_size,
-                         generator=generator, tokenizer=enc)
+    last = time.perf_counter()
+    for step, rollout in training_batches(policy, task, config, generator, enc, desc="GRPO"):
         rewards = task.token_rewards(rollout, enc).sum(dim=1)  # (B,) one reward per completion
         with torch.no_grad():
             ref_logprobs = completion_logprobs(reference, rollout)
         metrics = {"step": step, "reward": rewards.mean().item(), "length": rollout.mask.sum(1).mean().item(),
                    **task.gold(rollout)}
         metrics.update(grpo_update(policy, opt, rollout, rewards, ref_logprobs, config, task.max_new_tokens))
-        metrics["step_time"] = time.perf_counter() - start
+        now = time.perf_counter()
+        metrics["step_time"], last = now - last, now  # sampling included
         history.append(metrics)
     policy.eval()
     return history

@@ -105,15 +105,20 @@ class MicroMDP:
     def q_values(self, logits: torch.Tensor) -> torch.Tensor:
         """Q(s, a) = r(s, a) + gamma V(s') (0 after the episode ends), (n_states, n_actions)."""
         pi = torch.softmax(logits.detach(), dim=-1)
-        q = torch.zeros_like(pi)
-        v = torch.zeros(len(self.states), dtype=pi.dtype)
+        return self.backward_q(lambda s, q_s: (pi[s] * q_s).sum(), pi.dtype)
+
+    def backward_q(self, state_value, dtype=torch.float64) -> torch.Tensor:
+        """Backward induction from the horizon: Q(s, a) = r(s, a) + gamma V(s') (0 after the end),
+        with V(s) = state_value(s, Q(s, .)) once every longer prefix is done. (n_states, n_actions)."""
+        q = torch.zeros(len(self.states), len(self.actions), dtype=dtype)
+        v = torch.zeros(len(self.states), dtype=dtype)
         for s in sorted(range(len(self.states)), key=lambda i: -len(self.states[i][1])):  # longest prefix first
             prompt, prefix = self.states[s]
             for a, action in enumerate(self.actions):
                 q[s, a] = self.reward(prompt, prefix, action)
                 if not self.ends(prefix, action):
                     q[s, a] += self.gamma * v[self.state_index[(prompt, prefix + (action,))]]
-            v[s] = (pi[s] * q[s]).sum()
+            v[s] = state_value(s, q[s])
         return q
 
     # ------------------------------------------------------------ KL-regularized RL
@@ -147,15 +152,7 @@ class MicroMDP:
         if self.gamma != 1.0:
             raise ValueError("the closed-form optimum is for gamma = 1")
         log_ref = torch.log_softmax(ref_logits.detach().double(), dim=-1)
-        q = torch.zeros_like(log_ref)
-        v = torch.zeros(len(self.states), dtype=log_ref.dtype)
-        for s in sorted(range(len(self.states)), key=lambda i: -len(self.states[i][1])):  # longest prefix first
-            prompt, prefix = self.states[s]
-            for a, action in enumerate(self.actions):
-                q[s, a] = self.reward(prompt, prefix, action)
-                if not self.ends(prefix, action):
-                    q[s, a] += v[self.state_index[(prompt, prefix + (action,))]]
-            v[s] = beta * torch.logsumexp(log_ref[s] + q[s] / beta, dim=0)
+        q = self.backward_q(lambda s, q_s: beta * torch.logsumexp(log_ref[s] + q_s / beta, dim=0), log_ref.dtype)
         return log_ref + q / beta
 
     # ------------------------------------------------------------ sampling

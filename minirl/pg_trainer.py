@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 from dataclasses import dataclass
 
 import torch
@@ -31,10 +30,9 @@ from . import advantages as adv
 from .critic import ValueHead, completion_values
 from .losses import policy_gradient_loss, value_loss
 from .model import GPT
-from .notebook import progress
 from .ops import entropy_from_logits, masked_mean, token_logprobs
-from .sampling import completion_logits, completion_logprobs, sample
-from .tasks import Task
+from .sampling import completion_logits, completion_logprobs
+from .tasks import Task, training_batches
 from .tokenizer import load_tokenizer
 
 ESTIMATORS = ("total_return", "reward_to_go", "group_mean", "gae")
@@ -84,12 +82,8 @@ def train_policy_gradient(policy: GPT, task: Task, config: PGConfig, tokenizer=N
     if critic is not None:
         critic_opt = torch.optim.AdamW([*critic[0].parameters(), *critic[1].parameters()], lr=config.critic_lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)
-    rng = random.Random(config.seed)
     history = []
-    for step in progress(range(config.steps), desc=f"{config.estimator}"):
-        prompts = [rng.choice(task.train_prompts) for _ in range(config.prompts_per_step)]
-        rollout = sample(policy, prompts, max_new_tokens=task.max_new_tokens, group_size=config.group_size,
-                         generator=generator, tokenizer=enc)
+    for step, rollout in training_batches(policy, task, config, generator, enc, desc=config.estimator):
         mask = rollout.mask
         task_rewards = task.token_rewards(rollout, enc)  # (B, T)
         logits = completion_logits(policy, rollout)  # (B, T, V), with gradient

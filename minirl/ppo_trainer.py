@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 import time
 from dataclasses import dataclass
 
@@ -31,11 +30,10 @@ from . import advantages as adv
 from .critic import completion_values
 from .losses import ppo_clip_loss, value_loss
 from .model import GPT
-from .notebook import progress
 from .ops import entropy_from_logits, masked_mean, masked_var, masked_whiten, token_logprobs
 from .pg_trainer import make_critic
-from .sampling import Rollout, completion_logits, completion_logprobs, sample
-from .tasks import Task
+from .sampling import Rollout, completion_logits, completion_logprobs
+from .tasks import Task, training_batches
 from .tokenizer import load_tokenizer
 
 
@@ -87,10 +85,10 @@ class PPO:
     def __init__(self, policy: GPT, config: PPOConfig):
         self.policy, self.config = policy, config
         self.reference = copy.deepcopy(policy).eval().requires_grad_(False)
-        self.critic = make_critic(policy)
+        self.critic = make_critic(policy)  # (trunk, value head)
+        self.critic_params = [p for m in self.critic for p in m.parameters()]
         self.opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)
-        self.critic_opt = torch.optim.AdamW([p for m in self.critic for p in m.parameters()], lr=config.critic_lr,
-                                            weight_decay=0.0)
+        self.critic_opt = torch.optim.AdamW(self.critic_params, lr=config.critic_lr, weight_decay=0.0)
 
     @torch.no_grad()
     def score_batch(self, rollout: Rollout, score: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -122,7 +120,7 @@ class PPO:
                 values = completion_values(*self.critic, mb)
                 v_loss = value_loss(values, batch["returns"][rows], mb.mask, old_values=batch["values"][rows],
                                     clip_range=c.value_clip)
-                self._step(self.critic_opt, [p for m in self.critic for p in m.parameters()], v_loss)
+                self._step(self.critic_opt, self.critic_params, v_loss)
                 for k, v in (*diag.items(), ("value_loss", v_loss.item())):
                     stats[k].append(v)
         return {k: sum(v) / len(v) for k, v in stats.items()}
@@ -138,14 +136,10 @@ def train_ppo(policy: GPT, task: Task, config: PPOConfig, tokenizer=None) -> lis
     """Train `policy` in place on `task`; returns one dict of metrics per step."""
     enc = tokenizer or load_tokenizer()
     ppo = PPO(policy, config)
-    generator = torch.Generator().manual_seed(config.seed)
-    rng = random.Random(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)  # sampling and minibatch shuffling
     history = []
-    for step in progress(range(config.steps), desc="PPO"):
-        start = time.perf_counter()
-        prompts = [rng.choice(task.train_prompts) for _ in range(config.prompts_per_step)]
-        rollout = sample(policy, prompts, max_new_tokens=task.max_new_tokens, group_size=config.group_size,
-                         generator=generator, tokenizer=enc)
+    last = time.perf_counter()
+    for step, rollout in training_batches(policy, task, config, generator, enc, desc="PPO"):
         score = sequence_score(task, rollout, enc)
         batch = ppo.score_batch(rollout, score)
         mask = rollout.mask
@@ -156,7 +150,8 @@ def train_ppo(policy: GPT, task: Task, config: PPOConfig, tokenizer=None) -> lis
                    "length": mask.sum(1).mean().item(), "truncated": rollout.truncated.float().mean().item(),
                    "explained_variance": explained_variance(batch["values"], batch["returns"], mask), **task.gold(rollout)}
         metrics.update(ppo.update(rollout, batch, generator))
-        metrics["step_time"] = time.perf_counter() - start
+        now = time.perf_counter()
+        metrics["step_time"], last = now - last, now  # sampling included
         history.append(metrics)
     policy.eval()
     return history

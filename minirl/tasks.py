@@ -6,13 +6,15 @@ token (EOS, or the token that hit the length limit).
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
 from . import datasets, grammar, rewards
-from .sampling import Rollout
+from .notebook import progress
+from .sampling import Rollout, sample
 
 
 @dataclass
@@ -23,6 +25,19 @@ class Task:
     max_new_tokens: int
     token_rewards: Callable[[Rollout, object], torch.Tensor]  # (rollout, tokenizer) -> (B, T)
     gold: Callable[[Rollout], dict[str, float]]  # rollout -> named gold metrics (batch means)
+
+
+def training_batches(policy, task: Task, config, generator: torch.Generator, tokenizer,
+                     desc: str) -> Iterator[tuple[int, Rollout]]:
+    """The on-policy loop every trainer shares: for each of `config.steps` steps (with a progress
+    bar), draw `config.prompts_per_step` training prompts (seeded by `config.seed`) and sample
+    `config.group_size` completions of each from the current policy at temperature 1.
+    Yields (step, rollout); `generator` drives the sampling (and may serve the caller too)."""
+    rng = random.Random(config.seed)
+    for step in progress(range(config.steps), desc=desc):
+        prompts = [rng.choice(task.train_prompts) for _ in range(config.prompts_per_step)]
+        yield step, sample(policy, prompts, max_new_tokens=task.max_new_tokens, group_size=config.group_size,
+                           generator=generator, tokenizer=tokenizer)
 
 
 def last_token_rewards(rollout: Rollout, scores: list[float]) -> torch.Tensor:
