@@ -39,4 +39,5 @@ refresh: install
 
 benchmark: install
 	$(BIN)/python benchmarks/sampler_vs_hf.py
+	$(BIN)/python benchmarks/sampler_floor.py
 	$(BIN)/python benchmarks/grpo_vs_trl.py
