@@ -28,10 +28,9 @@ import torch.nn.functional as F
 import transformers
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sampler_vs_hf import BATCH, NEW, PROMPT, VOCAB, cpu_name  # noqa: E402
+from sampler_vs_hf import BATCH, NEW, PROMPT, VOCAB, cpu_name, hf_generate, setup  # noqa: E402
 
-from minirl.export import to_hf_gpt2  # noqa: E402
-from minirl.model import GPT, GPTConfig  # noqa: E402
+from minirl.model import GPT  # noqa: E402
 from minirl.sampling import inverse_cdf_sample, sample_tokens  # noqa: E402
 
 REPEATS = 11
@@ -119,16 +118,11 @@ def median_ms(values) -> float:
 
 
 def run(threads: int) -> dict:
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=VOCAB, n_ctx=PROMPT + NEW, n_embd=128, n_layer=4, n_head=4)).eval()
-    hf = to_hf_gpt2(model)
-    prompts = torch.randint(0, VOCAB, (BATCH, PROMPT), generator=torch.Generator().manual_seed(1))
+    model, hf, prompts = setup(threads)
     variants = {(a.__name__, g.__name__): (a, g) for a in (attention_bmm, attention_sdpa) for g in (gelu_tanh, gelu_sigmoid)}
 
     def hf_run():
-        hf.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=True, temperature=1.0, top_k=0,
-                    top_p=1.0, max_new_tokens=NEW, min_new_tokens=NEW, eos_token_id=None, pad_token_id=0)
+        hf_generate(hf, prompts)
 
     def ours_run():
         sample_tokens(model, prompts.tolist(), max_new_tokens=NEW, eos_token_id=None, generator=torch.Generator())

@@ -52,12 +52,26 @@ def median_seconds(*fns) -> list[float]:
     return [statistics.median(t) for t in times]
 
 
-def run(threads: int) -> dict:
+def setup(threads: int):
+    """The pinned job at `threads` threads: our random-init model, the same weights in HF, the prompts (B, P)."""
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     ours = GPT(GPTConfig(vocab_size=VOCAB, n_ctx=PROMPT + NEW, n_embd=128, n_layer=4, n_head=4)).eval()
-    hf = to_hf_gpt2(ours)
     prompts = torch.randint(0, VOCAB, (BATCH, PROMPT), generator=torch.Generator().manual_seed(1))
+    return ours, to_hf_gpt2(ours), prompts
+
+
+@torch.no_grad()
+def hf_generate(hf, prompts: torch.Tensor) -> torch.Tensor:
+    """HF `generate()` on the pinned settings: (B, P + NEW) ids."""
+    return hf.generate(
+        prompts, attention_mask=torch.ones_like(prompts), do_sample=True, temperature=1.0, top_k=0,
+        top_p=1.0, max_new_tokens=NEW, min_new_tokens=NEW, eos_token_id=None, pad_token_id=0,
+    )
+
+
+def run(threads: int) -> dict:
+    ours, hf, prompts = setup(threads)
     gen = torch.Generator().manual_seed(2)
 
     def ours_step():
@@ -65,12 +79,7 @@ def run(threads: int) -> dict:
         assert out.tokens.shape == (BATCH, NEW)
 
     def hf_step():
-        with torch.no_grad():
-            out = hf.generate(
-                prompts, attention_mask=torch.ones_like(prompts), do_sample=True, temperature=1.0, top_k=0,
-                top_p=1.0, max_new_tokens=NEW, min_new_tokens=NEW, eos_token_id=None, pad_token_id=0,
-            )
-        assert out.shape == (BATCH, PROMPT + NEW)
+        assert hf_generate(hf, prompts).shape == (BATCH, PROMPT + NEW)
 
     hf_s, ours_s = median_seconds(hf_step, ours_step)
     tokens = BATCH * NEW
