@@ -18,6 +18,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from minirl.export import to_hf_gpt2  # noqa: E402
 from minirl.grpo_trainer import GRPOConfig, grpo_update  # noqa: E402
 from minirl.model import GPT, GPTConfig  # noqa: E402
 from minirl.sampling import completion_logprobs, sample_tokens  # noqa: E402
+from minirl.training import frozen_reference  # noqa: E402
 
 VOCAB, PROMPT, PROMPTS, GROUP, BETA = 512, 16, 8, 8, 0.04
 WARMUP, TIMED, ROUNDS = 3, 20, 2
@@ -60,18 +62,19 @@ class StepTimer(TrainerCallback):
 def trl_times(model: GPT, prompts: list[str], new: int) -> list[float]:
     def reward_fn(prompts, completions, **kwargs):
         return distinct_words(completions)
-    tr = trainer("grpo", to_hf_gpt2(model), word_tokenizer(VOCAB), prompts, reward_fn, num_generations=GROUP,
-                 batch_size=PROMPTS * GROUP, max_completion_length=new, beta=BETA, learning_rate=3e-4,
-                 max_steps=WARMUP + TIMED, generation_kwargs={"min_new_tokens": new})
-    timer = StepTimer()
-    tr.add_callback(timer)
-    tr.train()
+    with tempfile.TemporaryDirectory(prefix="grpo-vs-trl-") as workdir:
+        tr = trainer("grpo", to_hf_gpt2(model), word_tokenizer(VOCAB), prompts, reward_fn, workdir, num_generations=GROUP,
+                     batch_size=PROMPTS * GROUP, max_completion_length=new, beta=BETA, learning_rate=3e-4,
+                     max_steps=WARMUP + TIMED, generation_kwargs={"min_new_tokens": new})
+        timer = StepTimer()
+        tr.add_callback(timer)
+        tr.train()
     return timer.times[WARMUP:]
 
 
 def minirl_times(model: GPT, prompt_ids: list[list[int]], new: int) -> list[float]:
     policy = copy.deepcopy(model).train()
-    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    reference = frozen_reference(model)
     opt = torch.optim.AdamW(policy.parameters(), lr=3e-4, weight_decay=0.0)
     config = GRPOConfig(group_size=GROUP, beta=BETA, inner_steps=1)
     generator = torch.Generator().manual_seed(0)

@@ -9,11 +9,12 @@
 Modules: ops (masked reductions, log-probs), grammar (the world's validators), rewards (reward
 functions), datasets (the world's files), model, sampling, evaluate, check (exercise checkers),
 notebook (lesson setup), micro (the enumerable micro world), mdp (its exact solutions),
-advantages (returns, GAE, baselines), kl (k1, k2, k3), losses, critic (value head), tasks (RL tasks), pg_trainer
-(REINFORCE and actor-critic), ppo_trainer, grpo_trainer, memory (training memory by model size).
+advantages (returns, GAE, baselines), kl (k1, k2, k3), losses, critic (value head), tasks (RL tasks), training
+(what the trainers share: batches, rewards, reward functions), pg_trainer (REINFORCE and actor-critic), ppo_trainer,
+grpo_trainer, memory (training memory by model size), validate (argument checks).
 """
 from . import (advantages, check, critic, datasets, evaluate, grammar, grpo_trainer, kl, losses, mdp, memory, micro, ops,
-               pg_trainer, ppo_trainer, rewards, tasks)
+               pg_trainer, ppo_trainer, rewards, tasks, training, validate)
 from .model import GPT, GPTConfig, KVCache, load_model
 from .notebook import setup
 from .paths import DataError
@@ -24,4 +25,5 @@ __all__ = [
     "GPT", "GPTConfig", "KVCache", "Rollout", "DataError", "advantages", "check", "completion_logprobs",
     "critic", "datasets", "evaluate", "grammar", "grpo_trainer", "kl", "load_model", "load_tokenizer", "losses", "mdp",
     "memory", "micro", "ops", "pg_trainer", "ppo_trainer", "rewards", "sample", "sample_tokens", "setup", "tasks",
+    "training", "validate",
 ]

@@ -12,27 +12,31 @@ from __future__ import annotations
 
 import torch
 
-from .ops import check_mask
+from . import validate
+from .ops import check_float, check_mask, zero_padding
 
 
-def _check(rewards: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float = 1.0, values=None) -> torch.Tensor:
+def _check(rewards: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float = 1.0) -> torch.Tensor:
+    """The mask as rewards' dtype, after checking rewards (B, T), the mask (0/1, 1s then 0s, no
+    empty row) and the discounts."""
+    check_float("rewards", rewards)
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be (B, T), got shape {tuple(rewards.shape)}")
     m = check_mask(rewards, mask)
-    if values is not None and values.shape != rewards.shape:
-        raise ValueError(f"values shape {tuple(values.shape)} does not match rewards shape {tuple(rewards.shape)}")
-    for name, x in (("gamma", gamma), ("lam", lam)):
-        if not 0.0 <= x <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {x}")
+    validate.number("gamma", gamma, 0.0, 1.0)
+    validate.number("lam", lam, 0.0, 1.0)
     if bool((m.sum(dim=1) == 0).any()):
         raise ValueError("a row of mask is all zeros: every completion needs at least one token (EOS counts)")
+    if bool((m[:, 1:] > m[:, :-1]).any()):
+        raise ValueError("each row of mask must be 1s then 0s (the completion, then padding); a 0 followed by a 1 "
+                         "would make returns skip a hole")
     return m
 
 
 def reward_to_go(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     """G_t = sum_{t' >= t} gamma^(t'-t) r_t' over each row's own tokens: (B, T) -> (B, T), 0 on padding."""
     m = _check(rewards, mask, gamma)
-    r = rewards * m
+    r = zero_padding(rewards, m)
     out = torch.zeros_like(r)
     running = torch.zeros_like(r[:, 0])
     for t in reversed(range(r.size(1))):  # padding contributes 0, so a row ends where its mask ends
@@ -51,10 +55,13 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     lam = 1 gives the Monte Carlo advantage G_t - V_t; lam = 0 the one-step TD error. Entries on
     padding are 0 in both outputs.
     """
-    m = _check(rewards, mask, gamma, lam, values)
+    m = _check(rewards, mask, gamma, lam)
+    if check_float("values", values).shape != rewards.shape:
+        raise ValueError(f"values shape {tuple(values.shape)} does not match rewards shape {tuple(rewards.shape)}")
+    rewards, values = zero_padding(rewards, m), zero_padding(values, m)
     next_v = torch.zeros_like(values)
-    next_v[:, :-1] = values[:, 1:] * m[:, 1:]  # V of the next state: 0 after each row's last action token
-    delta = torch.where(m.bool(), rewards + gamma * next_v - values, torch.zeros_like(values))
+    next_v[:, :-1] = values[:, 1:]  # V of the next state: 0 (padding) after each row's last action token
+    delta = zero_padding(rewards + gamma * next_v - values, m)
     adv = torch.zeros_like(delta)
     running = torch.zeros_like(delta[:, 0])
     for t in reversed(range(delta.size(1))):  # padding has delta 0, so each row starts at its own end
@@ -72,17 +79,23 @@ def prompt_mean_baseline(returns: torch.Tensor, group_size: int) -> torch.Tensor
     the expected gradient is scaled by (G-1)/G (its direction is unchanged); the leave-one-out
     baseline of lesson 06 removes that.
     """
+    check_float("returns", returns)
+    validate.integer("group_size", group_size, minimum=2)  # a group of one is its own baseline: advantage 0
     if returns.dim() != 1:
         raise ValueError(f"returns must be (B,), got shape {tuple(returns.shape)}")
-    if group_size < 1 or returns.numel() % group_size:
-        raise ValueError(f"group_size {group_size} must be >= 1 and divide the batch size {returns.numel()}")
+    if returns.numel() % group_size:
+        raise ValueError(f"group_size {group_size} does not divide the batch size {returns.numel()}")
     return returns.view(-1, group_size).mean(dim=1).repeat_interleave(group_size)
 
 
 def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """(B,) -> (B // G, G), checking the grouping makes sense."""
+    check_float("rewards", rewards)
+    validate.integer("group_size", group_size)
     if rewards.dim() != 1:
         raise ValueError(f"rewards must be (B,), got shape {tuple(rewards.shape)}")
+    if not bool(torch.isfinite(rewards).all()):
+        raise ValueError("rewards hold NaN or inf; a group's advantages would all turn NaN")
     if group_size < 2:
         raise ValueError(f"group_size must be at least 2 to compare completions within a group, got {group_size}")
     if rewards.numel() % group_size:
@@ -100,6 +113,7 @@ def group_normalize(rewards: torch.Tensor, group_size: int, eps: float = 1e-4, s
     g = _groups(rewards, group_size)
     centred = g - g.mean(dim=1, keepdim=True)
     if scale:
+        validate.number("eps", eps, 0.0, open_low=True)  # > 0: a group of equal rewards gives 0 / eps = 0
         centred = centred / (g.std(dim=1, keepdim=True) + eps)
     return centred.reshape(-1)
 

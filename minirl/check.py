@@ -8,6 +8,7 @@ returns None on purpose: a returned value would be displayed after the PASS/FAIL
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from fractions import Fraction
@@ -17,10 +18,22 @@ import torch
 TOLERANCE = 1e-6
 
 
+def as_numbers(x) -> torch.Tensor:
+    """What a student function returned, as a float64 tensor, or a TypeError saying what it was."""
+    if x is None:
+        raise TypeError("returned None: did you forget to `return` the result?")
+    if isinstance(x, (list, tuple)) and any(isinstance(t, torch.Tensor) and t.dim() > 0 for t in x):
+        raise TypeError(f"returned a {type(x).__name__} of tensors: return one tensor (torch.stack the rows)")
+    try:
+        return torch.as_tensor(x.detach() if isinstance(x, torch.Tensor) else x, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"returned a {type(x).__name__}, not a number or a tensor of numbers") from None
+
+
 def max_difference(got, want) -> float:
-    """Largest absolute difference; NaN in the same places counts as equal, elsewhere as inf."""
-    got = torch.as_tensor(got, dtype=torch.float64)
-    want = torch.as_tensor(want, dtype=torch.float64)
+    """Largest difference, absolute where |want| <= 1 and relative above (a float32 answer to a
+    value near 1e6 is off by about 0.1); NaN in the same places counts as equal, elsewhere as inf."""
+    got, want = as_numbers(got), as_numbers(want)
     if got.shape != want.shape:
         raise ValueError(f"shape {tuple(got.shape)} but expected {tuple(want.shape)}")
     if not torch.equal(torch.isnan(got), torch.isnan(want)):
@@ -28,15 +41,19 @@ def max_difference(got, want) -> float:
     both = ~torch.isnan(want)
     if not both.any():
         return 0.0
-    return float((got[both] - want[both]).abs().max())
+    return float(((got[both] - want[both]).abs() / want[both].abs().clamp(min=1.0)).max())
 
 
 def run_cases(name: str, student_fn, reference_fn, cases: list[tuple[str, tuple]], tolerance: float = TOLERANCE) -> None:
-    """Compare student_fn(*args) with reference_fn(*args) on each (label, args); print PASS/FAIL."""
+    """Compare student_fn(*args) with reference_fn(*args) on each (label, args); print PASS/FAIL.
+
+    Each function gets its own deep copy of the arguments, so a student function that changes its
+    inputs in place can neither corrupt the reference's inputs nor pass by zeroing them.
+    """
     failures, worst = [], 0.0
     for label, args in cases:
         try:
-            got = student_fn(*args)
+            got = student_fn(*copy.deepcopy(args))
         except NotImplementedError:
             print(f"FAIL {name}: not implemented yet (replace `raise NotImplementedError` with your code)")
             return
@@ -44,7 +61,7 @@ def run_cases(name: str, student_fn, reference_fn, cases: list[tuple[str, tuple]
             failures.append(f"{label}: raised {type(e).__name__}: {e}")
             continue
         try:
-            diff = max_difference(got, reference_fn(*args))
+            diff = max_difference(got, reference_fn(*copy.deepcopy(args)))
         except (ValueError, TypeError) as e:
             failures.append(f"{label}: {e}")
             continue
@@ -88,12 +105,12 @@ def _loop_masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None):
     if dim is None:
         total = sum(float(a) * float(m) for a, m in zip(x.flatten(), mask.flatten()))
         count = float(mask.sum())
-        return torch.tensor(total / count if count else math.nan)
+        return torch.tensor(total / count if count else math.nan, dtype=torch.float64)
     out = []
     for row_x, row_m in zip(x, mask):  # dim=1 on a 2-D tensor
         count = float(row_m.sum())
         out.append(sum(float(a) * float(m) for a, m in zip(row_x, row_m)) / count if count else math.nan)
-    return torch.tensor(out)
+    return torch.tensor(out, dtype=torch.float64)
 
 
 def _masked_mean_cases() -> list[tuple[str, tuple]]:
@@ -174,7 +191,7 @@ def _autograd_score(mdp, logits, prompt, completion):
 
 def score_function(student_fn) -> None:
     """Check score_function(mdp, logits, prompt, completion) = grad_theta log pi(tau), against autograd."""
-    run_cases("score_function", lambda *a: torch.as_tensor(student_fn(*a)).detach(), _autograd_score,
+    run_cases("score_function", student_fn, _autograd_score,
               _micro_cases(with_completion=True))
 
 
@@ -284,7 +301,7 @@ def gae(student_fn) -> None:
     """Check gae(rewards, values, mask, gamma, lam) -> advantages (B, T), 0 on padding, no bootstrap past a row's end."""
     def advantages_only(*args):
         out = student_fn(*args)
-        return out[0] if isinstance(out, tuple) else out
+        return out[0] if isinstance(out, (tuple, list)) else out
     run_cases("gae", advantages_only, _loop_gae, _gae_cases())
 
 
@@ -304,7 +321,12 @@ def bias_and_variance(student_fn) -> None:
     exact = (probs[:, None, None] * terms).sum(0)
     cases = [("unbiased estimator", (terms, probs, exact)), ("biased estimator", (terms + 0.3, probs, exact)),
              ("a sure thing (one outcome)", (terms[:1], torch.ones(1, dtype=torch.float64), terms[0]))]
-    run_cases("bias_and_variance", lambda *a: torch.tensor([float(x) for x in student_fn(*a)]), _loop_bias_variance, cases)
+    def pair(*args):
+        out = student_fn(*args)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError(f"returned {type(out).__name__}: return the pair (bias, variance)")
+        return torch.tensor([float(x) for x in out])
+    run_cases("bias_and_variance", pair, _loop_bias_variance, cases)
 
 
 # ---------------------------------------------------------------- lesson 05

@@ -11,6 +11,8 @@ loss also moves the policy's features) or a separate copy (twice the memory, no 
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn as nn
 
@@ -34,3 +36,8 @@ class ValueHead(nn.Module):
 def completion_values(trunk: GPT, head: ValueHead, rollout: Rollout) -> torch.Tensor:
     """values (B, T): V of the state before each completion token of the rollout (0 on padding)."""
     return head(completion_hidden(trunk, rollout)) * rollout.mask
+
+
+def make_critic(model: GPT) -> tuple[GPT, ValueHead]:
+    """A critic on a separate trunk: a trainable copy of `model` and a fresh value head (outputs 0)."""
+    return copy.deepcopy(model).train(), ValueHead(model.config.n_embd).to(next(model.parameters()).device)

@@ -3,17 +3,11 @@ from __future__ import annotations
 
 import json
 
+from . import validate
 from .grammar import FAMILIES
 from .paths import verified_path
 
 SPLITS = ("train", "test")
-
-
-def _check(family: str | None = None, split: str | None = None) -> None:
-    if family is not None and family not in FAMILIES:
-        raise ValueError(f"unknown family {family!r}; known families: {', '.join(FAMILIES)}")
-    if split is not None and split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; use one of {SPLITS}")
 
 
 def _jsonl(relpath: str) -> list[dict]:
@@ -22,7 +16,7 @@ def _jsonl(relpath: str) -> list[dict]:
 
 def load_corpus(family: str) -> list[str]:
     """Pretraining documents of one family (full texts, without EOS)."""
-    _check(family)
+    validate.choice("family", family, FAMILIES)
     return verified_path(f"world/corpus_{family}.txt").read_text().splitlines()
 
 
@@ -31,13 +25,14 @@ def load_prompts(family: str, split: str = "test") -> list[dict]:
 
     Arithmetic 'test' prompts use operand pairs that never appear in the corpus (in either order).
     """
-    _check(family, split)
+    validate.choice("family", family, FAMILIES)
+    validate.choice("split", split, SPLITS)
     return [r for r in _jsonl(f"world/prompts_{family}.jsonl") if r.pop("split") == split]
 
 
 def load_preferences(split: str = "train") -> list[dict]:
     """Order preference pairs {'prompt', 'chosen', 'rejected'}, labelled by a noisy Bradley-Terry annotator."""
-    _check(split=split)
+    validate.choice("split", split, SPLITS)
     return [r for r in _jsonl("world/order_prefs.jsonl") if r.pop("split") == split]
 
 

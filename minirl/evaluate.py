@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from . import datasets, grammar, rewards
+from . import datasets, grammar, rewards, validate
+from .kl import kl_k1
+from .ops import masked_sum
 from .sampling import completion_logprobs, sample
 from .tokenizer import load_tokenizer
 
@@ -13,6 +15,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
     pass@k = 1 - C(n-c, k) / C(n, k), computed as a product to stay exact-ish for large n.
     """
+    n, c, k = (validate.integer(name, v, minimum=0) for name, v in (("n", n), ("c", c), ("k", k)))
     if not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
     if n - c < k:
@@ -25,6 +28,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def sample_family(model, enc, family: str, prompts: list[str], group_size: int, generator, chunk: int = 64):
     """Texts, full texts and truncation flags for `group_size` samples of each prompt (T = 1)."""
+    validate.choice("family", family, grammar.FAMILIES)
     completions, truncated = [], []
     for i in range(0, len(prompts), chunk):
         r = sample(model, prompts[i : i + chunk], max_new_tokens=grammar.MAX_NEW_TOKENS[family],
@@ -37,6 +41,8 @@ def sample_family(model, enc, family: str, prompts: list[str], group_size: int, 
 
 def arithmetic_pass_at_k(model, enc, prompts: list[str], n: int, ks: tuple[int, ...], generator) -> dict[int, float]:
     """Mean over prompts of the unbiased pass@k, from n samples per prompt."""
+    if not prompts:
+        raise ValueError("no prompts given: pass@k is a mean over at least one prompt")
     rows, completions, _ = sample_family(model, enc, "arithmetic", prompts, n, generator)
     correct = rewards.arithmetic_reward(rows, completions)
     per_prompt = [int(sum(correct[i * n : (i + 1) * n])) for i in range(len(prompts))]
@@ -89,5 +95,5 @@ def heldout_report(model, task, reference=None, samples: int = 4, seed: int = 12
                  tokenizer=tokenizer)
     report = {**task.gold(out), "reward": task.token_rewards(out, tokenizer or load_tokenizer()).sum(1).mean().item()}
     if reference is not None:
-        report["kl"] = ((out.logprobs - completion_logprobs(reference, out)) * out.mask).sum(1).mean().item()
+        report["kl"] = masked_sum(kl_k1(out.logprobs, completion_logprobs(reference, out)), out.mask, dim=1).mean().item()
     return report

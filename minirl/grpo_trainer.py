@@ -18,20 +18,20 @@ forward passes run each prompt once for its group (`sampling.completion_hidden`)
 """
 from __future__ import annotations
 
-import copy
-import math
 import time
 from dataclasses import dataclass
 
 import torch
 
 from . import advantages as adv
-from .losses import grpo_loss
+from . import validate
+from .losses import AGGREGATIONS, grpo_loss
 from .model import GPT
 from .ops import entropy_from_logits, masked_mean, token_logprobs
 from .sampling import Rollout, completion_logits, completion_logprobs
-from .tasks import Task, training_batches
+from .tasks import RewardFn, Task, training_rewards
 from .tokenizer import load_tokenizer
+from .training import check_config, check_finite, check_inputs, frozen_reference, optimizer_step, training_batches
 
 ADVANTAGES = ("group", "group_mean", "leave_one_out")
 
@@ -49,6 +49,16 @@ class GRPOConfig:
     aggregation: str = "sequence_mean"
     max_grad_norm: float = 1.0
     seed: int = 0
+
+    def __post_init__(self):
+        check_config(self)
+        validate.number("clip_eps", self.clip_eps, 0.0)
+        validate.integer("inner_steps", self.inner_steps)
+        validate.choice("advantage", self.advantage, ADVANTAGES)
+        validate.choice("aggregation", self.aggregation, AGGREGATIONS)
+        if self.group_size < 2:
+            raise ValueError(f"GRPO compares the completions of a prompt with each other: group_size must be >= 2, "
+                             f"got {self.group_size}")
 
 
 def group_advantages(rewards: torch.Tensor, config: GRPOConfig) -> torch.Tensor:
@@ -69,8 +79,9 @@ def zero_advantage_fraction(rewards: torch.Tensor, group_size: int) -> float:
 
 
 def grpo_update(policy: GPT, opt: torch.optim.Optimizer, rollout: Rollout, rewards: torch.Tensor,
-                ref_logprobs: torch.Tensor, config: GRPOConfig, max_len: int) -> dict[str, float]:
+                ref_logprobs: torch.Tensor, config: GRPOConfig, max_len: int, step: int = 0) -> dict[str, float]:
     """Steps 3-4 on one sampled batch: group advantages, then `inner_steps` steps on grpo_loss.
+    step: the training step, named if the loss turns NaN.
     rewards (B,); ref_logprobs (B, T) of the rollout's tokens under the reference."""
     advantages = group_advantages(rewards, config)
     mask = rollout.mask
@@ -79,12 +90,8 @@ def grpo_update(policy: GPT, opt: torch.optim.Optimizer, rollout: Rollout, rewar
         logits = completion_logits(policy, rollout)  # (B, T, V)
         loss, diag = grpo_loss(token_logprobs(logits, rollout.tokens), rollout.logprobs, ref_logprobs, advantages, mask,
                                clip_eps=config.clip_eps, beta=config.beta, aggregation=config.aggregation, max_len=max_len)
-        if not math.isfinite(loss.item()):
-            raise FloatingPointError(f"loss is {loss.item()}: lower lr or check the rewards")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
-        opt.step()
+        check_finite(loss, step)
+        optimizer_step(opt, list(policy.parameters()), loss, config.max_grad_norm)
         if inner == 0:  # the batch as sampled: ratio 1, so the loss is -mean advantage + beta * KL
             metrics.update(loss_first=loss.item(), kl=diag["kl"],
                            entropy=masked_mean(entropy_from_logits(logits.detach()), mask).item())
@@ -93,21 +100,24 @@ def grpo_update(policy: GPT, opt: torch.optim.Optimizer, rollout: Rollout, rewar
     return metrics
 
 
-def train_grpo(policy: GPT, task: Task, config: GRPOConfig, tokenizer=None) -> list[dict]:
-    """Train `policy` in place on `task`; returns one dict of metrics per step."""
+def train_grpo(policy: GPT, task: Task, config: GRPOConfig, tokenizer=None,
+               reward_fn: RewardFn | None = None) -> list[dict]:
+    """Train `policy` in place on `task` (its prompts and gold metrics); returns one dict of metrics
+    per step. reward_fn: a TRL-style reward function to train on instead of the task's rewards."""
+    check_inputs(policy, task, config, GRPOConfig)
     enc = tokenizer or load_tokenizer()
-    reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    reference = frozen_reference(policy)
     opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)
     history = []
     last = time.perf_counter()
     for step, rollout in training_batches(policy, task, config, generator, enc, desc="GRPO"):
-        rewards = task.token_rewards(rollout, enc).sum(dim=1)  # (B,) one reward per completion
+        rewards = training_rewards(task, rollout, enc, reward_fn).sum(dim=1)  # (B,) one reward per completion
         with torch.no_grad():
             ref_logprobs = completion_logprobs(reference, rollout)
         metrics = {"step": step, "reward": rewards.mean().item(), "length": rollout.mask.sum(1).mean().item(),
                    **task.gold(rollout)}
-        metrics.update(grpo_update(policy, opt, rollout, rewards, ref_logprobs, config, task.max_new_tokens))
+        metrics.update(grpo_update(policy, opt, rollout, rewards, ref_logprobs, config, task.max_new_tokens, step))
         now = time.perf_counter()
         metrics["step_time"], last = now - last, now  # sampling included
         history.append(metrics)

@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import torch
 
+from .ops import check_float
+
 
 def _log_ratio(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    check_float("logp", logp)
+    check_float("ref_logp", ref_logp)
     if logp.shape != ref_logp.shape:
         raise ValueError(f"logp shape {tuple(logp.shape)} does not match ref_logp shape {tuple(ref_logp.shape)}")
     return logp - ref_logp

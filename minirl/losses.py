@@ -19,16 +19,20 @@ from __future__ import annotations
 
 import torch
 
-from .ops import check_mask, masked_mean, masked_sum, token_logprobs
+from . import validate
+from .kl import kl_k3
+from .ops import check_float, check_mask, masked_mean, masked_sum, token_logprobs, zero_padding
 
 AGGREGATIONS = ("sequence_sum", "sequence_mean", "token_mean", "constant")
 
 
 def _rows_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """mask as bool, after checking x is (B, T), the mask matches and no row is all padding (a
+    boolean mask skips the 0/1 check when it is checked again)."""
     if x.dim() != 2:
         raise ValueError(f"expected a (B, T) tensor, got shape {tuple(x.shape)}")
-    m = check_mask(x, mask)
-    if bool((m.sum(dim=1) == 0).any()):
+    m = check_mask(x, mask).bool()
+    if bool((~m.any(dim=1)).any()):
         raise ValueError("a row of mask is all zeros: every completion needs at least one token (EOS counts)")
     return m
 
@@ -36,9 +40,12 @@ def _rows_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def aggregate(x: torch.Tensor, mask: torch.Tensor, mode: str, max_len: int | None = None) -> torch.Tensor:
     """Reduce per-token values x (B, T) to a scalar by one of `AGGREGATIONS`.
 
-    max_len: the constant of mode 'constant' (default T, the width of the batch).
+    max_len: the constant of mode 'constant' (default T, the width of the batch; at least T).
     """
     m = _rows_mask(x, mask)
+    if max_len is not None and validate.integer("max_len", max_len) < x.size(1):
+        raise ValueError(f"max_len={max_len} is shorter than the batch's {x.size(1)} tokens; it is the longest "
+                         "completion the sampler may produce")
     if mode == "sequence_sum":
         return masked_sum(x, m, dim=1).mean()
     if mode == "sequence_mean":
@@ -59,34 +66,54 @@ def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask:
     as constants (detached). With aggregation 'sequence_sum' the gradient is exactly
     -(1/B) sum_i sum_t A_it grad log pi(a_it | s_it).
     """
-    return -aggregate(_same_shapes(logprobs, advantages) * logprobs, mask, aggregation)
+    m, logprobs, advantages = per_token_inputs(mask, logprobs=logprobs, advantages=advantages)
+    return -aggregate(advantages * logprobs, m, aggregation)
 
 
-def _same_shapes(logprobs: torch.Tensor, advantages: torch.Tensor, **others: torch.Tensor) -> torch.Tensor:
-    """Broadcast (B,) advantages to (B, T) and check every per-token input has logprobs' shape."""
-    if advantages.dim() == 1:
-        advantages = advantages[:, None].expand_as(logprobs)
-    for name, x in {"advantages": advantages, **others}.items():
-        if x.shape != logprobs.shape:
-            raise ValueError(f"{name} shape {tuple(x.shape)} does not match logprobs shape {tuple(logprobs.shape)}")
-    return advantages.detach()
+def per_token_inputs(mask: torch.Tensor, **tensors: torch.Tensor) -> list[torch.Tensor]:
+    """[mask as bool, *the named (B, T) tensors], checked against each other and the mask, with
+    padding set to 0 (the checked boolean mask is cheap to check again in `aggregate`).
+
+    The first is the one the loss differentiates (log-probs, values) and keeps its gradient; the
+    others are constants (advantages, old and reference log-probs, returns) and come back
+    detached, each (B, T) or (B,) one value per completion (broadcast to its tokens). Padding is
+    zeroed *before* any arithmetic, so an inf or NaN there reaches neither the loss nor its gradient.
+    """
+    (first, live), *others = tensors.items()
+    check_float(first, live)
+    out = [live]
+    for name, x in others:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if not x.is_floating_point():
+            x = x.to(live.dtype)  # integer advantages are fine: nothing here can truncate them
+        if x.dim() == 1 and live.dim() == 2 and x.size(0) == live.size(0):
+            x = x[:, None].expand_as(live)
+        if x.shape != live.shape:
+            raise ValueError(f"{name} shape {tuple(x.shape)} does not match {first} shape {tuple(live.shape)}")
+        out.append(x.detach())
+    m = _rows_mask(live, mask)
+    return [m, *(zero_padding(x, m) for x in out)]
 
 
-def clipped_objective(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_eps: float,
+def clipped_objective(ratio: torch.Tensor, advantages: torch.Tensor, clip_eps: float,
                       clip_eps_high: float | None = None) -> torch.Tensor:
-    """min(ratio A, clip(ratio, 1 - eps, 1 + eps_high) A) per token, ratio = exp(log_ratio).
+    """min(ratio A, clip(ratio, 1 - eps, 1 + eps_high) A) per token, ratio = pi_theta / pi_old.
 
     The ratio is always positive; the advantage carries the sign. With A > 0 the objective stops
     rewarding a ratio above 1 + eps_high; with A < 0, a ratio below 1 - eps. eps_high defaults to
-    eps (PPO); a larger one is DAPO's "clip-higher".
+    eps (PPO); a larger one is DAPO's "clip-higher". A negative ratio is refused: it is most
+    likely a log-ratio, which needs .exp() first.
     """
-    ratio = log_ratio.exp()
-    high = clip_eps if clip_eps_high is None else clip_eps_high
+    validate.number("clip_eps", clip_eps, 0.0, finite=False)  # inf: no clipping
+    high = clip_eps if clip_eps_high is None else validate.number("clip_eps_high", clip_eps_high, 0.0, finite=False)
+    if bool((ratio < 0).any()):
+        raise ValueError("ratio must be positive (pi_theta / pi_old); it has negative entries. "
+                         "If you hold log-ratios, pass log_ratio.exp()")
     return torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + high) * advantages)
 
 
-def _clip_fraction(log_ratio: torch.Tensor, mask: torch.Tensor, clip_eps: float, clip_eps_high: float | None) -> float:
-    ratio = log_ratio.detach().exp()
+def _clip_fraction(ratio: torch.Tensor, mask: torch.Tensor, clip_eps: float, clip_eps_high: float | None) -> float:
     high = clip_eps if clip_eps_high is None else clip_eps_high
     return masked_mean(((ratio < 1 - clip_eps) | (ratio > 1 + high)).to(ratio.dtype), mask).item()
 
@@ -98,16 +125,17 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
         ratio_t = pi_theta(a_t|s_t) / pi_old(a_t|s_t)      pi_old: the policy that *collected* the batch
         loss    = -aggregate(min(ratio_t A_t, clip(ratio_t, 1 - eps, 1 + eps) A_t))
 
-    Returns (loss, diagnostics): `clip_fraction` (share of tokens whose ratio lies outside
-    [1 - eps, 1 + eps]) and `approx_kl` (the k3 estimate of KL(pi_old || pi_theta) on the batch's
-    tokens).
+    Returns (loss, diagnostics) over the action tokens (the mask): `clip_fraction` (share of
+    tokens whose ratio lies outside [1 - eps, 1 + eps]) and `approx_kl` (the k3 estimate of
+    KL(pi_old || pi_theta), the tokens being pi_old's samples).
     """
-    advantages = _same_shapes(logprobs, advantages, old_logprobs=old_logprobs)
-    log_ratio = torch.where(mask.bool(), logprobs - old_logprobs.detach(), torch.zeros_like(logprobs))
-    loss = -aggregate(clipped_objective(log_ratio, advantages, clip_eps), mask, aggregation)
-    with torch.no_grad():  # mask was validated by aggregate
-        diagnostics = {"clip_fraction": _clip_fraction(log_ratio, mask, clip_eps, None),
-                       "approx_kl": masked_mean(log_ratio.exp() - 1 - log_ratio, mask).item()}
+    m, logprobs, old_logprobs, advantages = per_token_inputs(mask, logprobs=logprobs, old_logprobs=old_logprobs,
+                                                             advantages=advantages)
+    ratio = (logprobs - old_logprobs).exp()
+    loss = -aggregate(clipped_objective(ratio, advantages, clip_eps), m, aggregation)
+    with torch.no_grad():
+        diagnostics = {"clip_fraction": _clip_fraction(ratio, m, clip_eps, None),
+                       "approx_kl": masked_mean(kl_k3(old_logprobs, logprobs), m).item()}
     return loss, diagnostics
 
 
@@ -131,17 +159,17 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: 
     the paper, and our default, leave it out. At the first inner step the ratio is 1 and both agree.
     Returns (loss, diagnostics): clip_fraction, kl (mean k3 per token), ratio_mean.
     """
-    advantages = _same_shapes(logprobs, advantages, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs)
-    m = mask.bool()
-    log_ratio = torch.where(m, logprobs - old_logprobs.detach(), torch.zeros_like(logprobs))
-    log_ref_ratio = torch.where(m, ref_logprobs.detach() - logprobs, torch.zeros_like(logprobs))  # log(pi_ref / pi_theta)
-    kl = log_ref_ratio.exp() - 1 - log_ref_ratio  # k3 per token
-    kl_term = kl * log_ratio.exp() if kl_ratio_weight else kl
-    per_token = -clipped_objective(log_ratio, advantages, clip_eps, clip_eps_high) + beta * kl_term
-    loss = aggregate(per_token, mask, aggregation, max_len)
+    validate.number("beta", beta, 0.0)
+    m, logprobs, old_logprobs, ref_logprobs, advantages = per_token_inputs(
+        mask, logprobs=logprobs, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, advantages=advantages)
+    ratio = (logprobs - old_logprobs).exp()
+    kl = kl_k3(logprobs, ref_logprobs)
+    kl_term = kl * ratio if kl_ratio_weight else kl
+    per_token = -clipped_objective(ratio, advantages, clip_eps, clip_eps_high) + beta * kl_term
+    loss = aggregate(per_token, m, aggregation, max_len)
     with torch.no_grad():
-        diagnostics = {"clip_fraction": _clip_fraction(log_ratio, mask, clip_eps, clip_eps_high),
-                       "kl": masked_mean(kl, mask).item(), "ratio_mean": masked_mean(log_ratio.exp(), mask).item()}
+        diagnostics = {"clip_fraction": _clip_fraction(ratio, m, clip_eps, clip_eps_high),
+                       "kl": masked_mean(kl, m).item(), "ratio_mean": masked_mean(ratio, m).item()}
     return loss, diagnostics
 
 
@@ -153,21 +181,23 @@ def value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, 
     clip_range from the value at collection time, and the loss is the larger of the clipped and
     unclipped errors, max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2) / 2.
     """
-    if values.shape != returns.shape:
-        raise ValueError(f"values shape {tuple(values.shape)} does not match returns {tuple(returns.shape)}")
-    returns = returns.detach()
-    err = (values - returns) ** 2
-    if clip_range is not None:
+    if clip_range is None:
+        m, values, returns = per_token_inputs(mask, values=values, returns=returns)
+        err = (values - returns) ** 2
+    else:
+        validate.number("clip_range", clip_range, 0.0, finite=False)
         if old_values is None:
             raise ValueError("value clipping needs old_values, the values at collection time")
-        old_values = old_values.detach()
+        m, values, returns, old_values = per_token_inputs(mask, values=values, returns=returns, old_values=old_values)
         clipped = old_values + (values - old_values).clamp(-clip_range, clip_range)
-        err = torch.maximum(err, (clipped - returns) ** 2)
-    return 0.5 * aggregate(err, mask, aggregation)
+        err = torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
+    return 0.5 * aggregate(err, m, aggregation)
 
 
 def sft_loss(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Supervised fine-tuning (behaviour cloning): mean negative log-likelihood of the response
     tokens only. logits (B, T, V) predict tokens (B, T); mask (B, T) is 1 on response tokens, so
-    the prompt is context, never a target."""
+    the prompt is context, never a target. Logits on masked positions are replaced by 0 first, so
+    junk there (NaN included) reaches neither the loss nor its gradient."""
+    logits = torch.where(check_mask(tokens, mask).bool()[..., None], logits, torch.zeros_like(logits))
     return -aggregate(token_logprobs(logits, tokens), mask, "token_mean")

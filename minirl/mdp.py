@@ -18,14 +18,13 @@ import itertools
 
 import torch
 
-from . import micro
+from . import micro, validate
+from .ops import check_float
 
 
 class MicroMDP:
     def __init__(self, gamma: float = 1.0):
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-        self.gamma = gamma
+        self.gamma = validate.number("gamma", gamma, 0.0, 1.0)
         self.prompts = micro.PROMPTS
         self.actions = micro.ACTIONS
         self.horizon = micro.HORIZON
@@ -33,6 +32,23 @@ class MicroMDP:
                        for prefix in itertools.product(micro.TOKENS, repeat=n)]
         self.state_index = {s: i for i, s in enumerate(self.states)}
         self.completions = micro.completions(self.horizon)
+        self._episodes = set(self.completions)
+
+    def check_logits(self, logits: torch.Tensor) -> None:
+        """A tabular policy: a float tensor of shape (n_states, n_actions)."""
+        check_float("logits", logits)
+        if tuple(logits.shape) != self.shape:
+            raise ValueError(f"a tabular policy's logits have shape {self.shape} (states x actions), "
+                             f"got {tuple(logits.shape)}")
+
+    def check_episode(self, prompt: str, completion: tuple[str, ...]) -> None:
+        """A prompt of the world and a whole completion: a tuple of actions ending at EOS or the horizon."""
+        if prompt not in self.prompts:
+            raise ValueError(f"unknown prompt {prompt!r}; the micro world's prompts are {self.prompts}")
+        if not isinstance(completion, tuple) or completion not in self._episodes:
+            raise ValueError(f"{completion!r} is not a completion of the micro world: a tuple of actions from "
+                             f"{self.actions} that ends with EOS (only there) or reaches {self.horizon} tokens, "
+                             f"e.g. ('a', {micro.EOS!r})")
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -52,15 +68,18 @@ class MicroMDP:
 
     def steps(self, prompt: str, completion: tuple[str, ...]) -> list[tuple[int, int]]:
         """(state index, action index) of each step of a completion."""
+        self.check_episode(prompt, completion)
         return [(self.state_index[(prompt, completion[:t])], self.actions.index(a)) for t, a in enumerate(completion)]
 
     def discounted_return(self, prompt: str, completion: tuple[str, ...]) -> float:
         """R(tau) = sum_t gamma^t r_t."""
+        self.check_episode(prompt, completion)
         return sum(self.gamma**t * r for t, r in enumerate(micro.step_rewards(prompt, completion)))
 
     # ------------------------------------------------------------ probabilities and J
     def log_prob(self, logits: torch.Tensor, prompt: str, completion: tuple[str, ...]) -> torch.Tensor:
         """log pi(tau | prompt) = sum_t log pi(a_t | s_t) (transitions are deterministic, so they add nothing)."""
+        self.check_logits(logits)
         logp = torch.log_softmax(logits, dim=-1)
         return sum(logp[s, a] for s, a in self.steps(prompt, completion))
 
@@ -80,6 +99,7 @@ class MicroMDP:
     # ------------------------------------------------------------ the exact gradient
     def score(self, logits: torch.Tensor, prompt: str, completion: tuple[str, ...]) -> torch.Tensor:
         """grad_theta log pi(tau), by hand: at each visited state s_t, onehot(a_t) - pi(. | s_t)."""
+        self.check_logits(logits)
         pi = torch.softmax(logits, dim=-1)
         g = torch.zeros_like(logits)
         for s, a in self.steps(prompt, completion):
@@ -104,6 +124,7 @@ class MicroMDP:
 
     def q_values(self, logits: torch.Tensor) -> torch.Tensor:
         """Q(s, a) = r(s, a) + gamma V(s') (0 after the episode ends), (n_states, n_actions)."""
+        self.check_logits(logits)
         pi = torch.softmax(logits.detach(), dim=-1)
         return self.backward_q(lambda s, q_s: (pi[s] * q_s).sum(), pi.dtype)
 
@@ -136,6 +157,7 @@ class MicroMDP:
 
     def partition(self, ref_logits: torch.Tensor, beta: float, prompt: str) -> torch.Tensor:
         """Z(x) = sum_tau pi_ref(tau | x) exp(R(tau) / beta)."""
+        validate.number("beta", beta, 0.0, open_low=True)
         return (self.completion_probs(ref_logits, prompt) * torch.exp(self.returns(prompt) / beta)).sum()
 
     def optimal_completion_probs(self, ref_logits: torch.Tensor, beta: float, prompt: str) -> torch.Tensor:
@@ -151,6 +173,8 @@ class MicroMDP:
         Needs gamma = 1 (the closed form above is for undiscounted returns)."""
         if self.gamma != 1.0:
             raise ValueError("the closed-form optimum is for gamma = 1")
+        self.check_logits(ref_logits)
+        validate.number("beta", beta, 0.0, open_low=True)
         log_ref = torch.log_softmax(ref_logits.detach().double(), dim=-1)
         q = self.backward_q(lambda s, q_s: beta * torch.logsumexp(log_ref[s] + q_s / beta, dim=0), log_ref.dtype)
         return log_ref + q / beta
@@ -158,6 +182,9 @@ class MicroMDP:
     # ------------------------------------------------------------ sampling
     def sample(self, logits: torch.Tensor, n: int, generator: torch.Generator | None = None) -> list[tuple[str, tuple[str, ...]]]:
         """n episodes (prompt, completion): the prompt uniformly at random, then tokens from pi."""
+        self.check_logits(logits)
+        validate.integer("n", n, minimum=0)
+        validate.generator_type(generator)
         pi = torch.softmax(logits.detach().double(), dim=-1)
         episodes = []
         for i in torch.randint(len(self.prompts), (n,), generator=generator).tolist():
@@ -174,6 +201,11 @@ class MicroMDP:
 def bias_and_variance(terms: torch.Tensor, probs: torch.Tensor, exact: torch.Tensor) -> tuple[float, float]:
     """Exact bias |E g - exact| and variance E |g - E g|^2 of an estimator g that takes the value
     terms[i] (one tensor shaped like `exact`) with probability probs[i]."""
+    if terms.shape[1:] != exact.shape or probs.shape != terms.shape[:1]:
+        raise ValueError(f"terms {tuple(terms.shape)} need shape (n,) + exact.shape {tuple(exact.shape)} and probs (n,), "
+                         f"got probs {tuple(probs.shape)}")
+    if bool((probs < 0).any()) or abs(float(probs.sum()) - 1) > 1e-4:
+        raise ValueError(f"probs must be a distribution (>= 0, summing to 1); they sum to {float(probs.sum()):.6g}")
     mean = (probs.view(-1, *[1] * exact.dim()) * terms).sum(0)
     variance = (probs * (terms - mean).flatten(1).pow(2).sum(1)).sum()
     return (mean - exact).norm().item(), variance.item()

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import validate
+
 GB = 1e9
 
 
@@ -73,6 +75,8 @@ SHAPES = {1: Shape(16, 2048, 32, 8), 3: Shape(28, 3072, 24, 8), 8: Shape(32, 409
 def kv_cache_bytes(shape: Shape, batch: int, seq_len: int, bytes_per_value: int = 2) -> float:
     """Keys and values of every layer for `batch` sequences of `seq_len` tokens:
     2 * n_layer * batch * seq_len * n_kv_head * head_dim values."""
+    validate.integer("batch", batch, minimum=0)
+    validate.integer("seq_len", seq_len, minimum=0)
     head_dim = shape.d_model // shape.n_head
     return 2 * shape.n_layer * batch * seq_len * shape.n_kv_head * head_dim * bytes_per_value
 
@@ -82,6 +86,8 @@ def activation_bytes(shape: Shape, batch: int, seq_len: int, checkpointing: bool
     each layer keeps only its input (batch * seq_len * d_model values); without it, about 34 values
     per token and width and 5 * n_head * seq_len per token for attention scores, per layer
     (Korthikanti et al., 2022, for 16-bit activations, no flash attention)."""
+    validate.integer("batch", batch, minimum=0)
+    validate.integer("seq_len", seq_len, minimum=0)
     tokens = batch * seq_len
     if checkpointing:
         per_layer = tokens * shape.d_model * bytes_per_value
@@ -97,10 +103,16 @@ def training_memory(algorithm: str, n_params: float, preset: str = "mixed_adam",
     `n_params` parameters (every other model the same size). reward_model=False drops the reward
     model (verifiable rewards). With batch, seq_len and shape: activations of each trained model and
     the KV cache of generation (PPO and GRPO sample; DPO trains on fixed pairs, so none)."""
-    if algorithm not in MODELS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(MODELS)}")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    validate.choice("algorithm", algorithm, sorted(MODELS))
+    validate.choice("preset", preset, sorted(PRESETS))
+    validate.number("n_params", n_params, 0.0)
+    validate.integer("batch", batch, minimum=0)
+    validate.integer("seq_len", seq_len, minimum=0)
+    if bool(batch) != bool(seq_len):
+        raise ValueError(f"give batch and seq_len together (got batch={batch}, seq_len={seq_len}) to count activations "
+                         "and the KV cache, or neither")
+    if shape is not None and not isinstance(shape, Shape):
+        raise TypeError(f"shape must be a minirl.memory.Shape, e.g. memory.SHAPES[8]; got {shape!r}")
     p = PRESETS[preset]
     out = {}
     for model, trained in MODELS[algorithm].items():

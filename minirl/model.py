@@ -20,7 +20,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .paths import verified_path
+from . import validate
+from .paths import DataError, rebuild_command, verified_path
+from .tokenizer import load_tokenizer
 
 
 @dataclass
@@ -30,6 +32,12 @@ class GPTConfig:
     n_embd: int = 128
     n_layer: int = 6
     n_head: int = 4
+
+    def __post_init__(self):
+        for name in ("vocab_size", "n_ctx", "n_embd", "n_layer", "n_head"):
+            validate.integer(name, getattr(self, name))
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head} (each head gets n_embd / n_head)")
 
 
 class KVCache:
@@ -174,6 +182,9 @@ class GPT(nn.Module):
             raise ValueError(
                 f"sequence of {start + T} tokens is longer than the context window n_ctx={self.config.n_ctx}"
             )
+        if key_mask is not None and tuple(key_mask.shape) != (B, start + T):
+            raise ValueError(f"key_mask has shape {tuple(key_mask.shape)}; it needs (B, S) = {(B, start + T)}, one entry "
+                             "per token so far")
         if positions is None:
             positions = torch.arange(start, start + T, device=idx.device)[None]  # (1, T)
         x = self.wte(idx) + self.wpe(positions)  # (B, T, C)
@@ -185,7 +196,17 @@ class GPT(nn.Module):
         return self.ln_f(x)
 
     def forward(self, idx, *, positions=None, key_mask=None, cache: KVCache | None = None):
-        """Next-token logits (B, T, vocab_size); arguments as in `hidden_states`."""
+        """Next-token logits (B, T, vocab_size); arguments as in `hidden_states`.
+
+        Called without a cache (a student's own forward pass), the ids are checked first: a (B, T)
+        integer tensor inside the vocabulary. Decoding steps (with a cache) and the training passes
+        (`hidden_states` on a rollout) feed tokens the sampler drew, and skip the check.
+        """
+        if cache is None:
+            if not isinstance(idx, torch.Tensor) or idx.is_floating_point() or idx.dim() != 2:
+                got = f"{idx.dtype} of shape {tuple(idx.shape)}" if isinstance(idx, torch.Tensor) else type(idx).__name__
+                raise TypeError(f"token ids must be a (B, T) integer tensor, got {got}; a single sequence is ids[None]")
+            validate.token_ids("token ids", idx, self.config.vocab_size)
         return self.logits(self.hidden_states(idx, positions=positions, key_mask=key_mask, cache=cache))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -202,17 +223,22 @@ def save_checkpoint(model: GPT, path) -> None:
 
 
 def load_model(name: str = "base", device: str | torch.device = "cpu") -> GPT:
-    """Load a shipped checkpoint by name (see `CHECKPOINTS`), in eval mode, on `device`."""
-    if name not in CHECKPOINTS:
-        raise ValueError(f"unknown model {name!r}; known models: {', '.join(sorted(CHECKPOINTS))}")
+    """Load a shipped checkpoint by name (see `CHECKPOINTS`), in eval mode, on `device` ('cpu',
+    'cuda', 'cuda:N' or 'mps'; checked to exist on this machine)."""
+    validate.choice("model", name, sorted(CHECKPOINTS))
+    device = validate.resolve_device(device)
     payload = torch.load(verified_path(CHECKPOINTS[name]), map_location=device, weights_only=True)
     model = GPT(GPTConfig(**payload["config"]))
     model.load_state_dict(payload["state_dict"])
+    vocab = load_tokenizer().n_vocab
+    if model.config.vocab_size != vocab:
+        raise DataError(f"checkpoint data/{CHECKPOINTS[name]} has a vocabulary of {model.config.vocab_size} tokens but "
+                        f"data/tokenizer.json has {vocab}: the tokenizer was rebuilt after the model was trained. "
+                        f"Restore data/ with `git checkout data/` or retrain with `{rebuild_command(CHECKPOINTS[name])}`.")
     return model.to(device).eval()
 
 
 def checkpoint_card(name: str = "base") -> dict:
     """The command, seed and metrics recorded beside a checkpoint."""
-    if name not in CHECKPOINTS:
-        raise ValueError(f"unknown model {name!r}; known models: {', '.join(sorted(CHECKPOINTS))}")
+    validate.choice("model", name, sorted(CHECKPOINTS))
     return json.loads(verified_path(CHECKPOINTS[name].replace(".pt", ".json")).read_text())

@@ -3,14 +3,22 @@
 Conventions: `mask` has the shape of `x` and holds 0/1 (float or bool); a reduction over a slice
 whose mask is all zero returns NaN, like the mean of an empty tensor. Losses built on these
 raise a clear error on all-masked rows instead (they know what a row means; these don't).
+
+Whatever sits on a masked-out (padding) position, inf and NaN included, never reaches a result
+or its gradient: `zero_padding` replaces it with 0 *before* any arithmetic. Multiplying by the
+mask afterwards is not enough: inf * 0 is NaN, and so is the gradient 0 * NaN.
 """
 from __future__ import annotations
 
 import torch
 
+from . import validate
+
 
 def check_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """`mask` as x's dtype, after checking it has x's shape and holds only 0 and 1."""
+    if not isinstance(x, torch.Tensor) or not isinstance(mask, torch.Tensor):
+        raise TypeError(f"x and mask must be torch.Tensors, got {type(x).__name__} and {type(mask).__name__}")
     if mask.shape != x.shape:
         raise ValueError(f"mask shape {tuple(mask.shape)} does not match x shape {tuple(x.shape)}")
     if mask.dtype != torch.bool and not bool(((mask == 0) | (mask == 1)).all()):
@@ -18,11 +26,25 @@ def check_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return mask.to(x.dtype)
 
 
+def check_float(name: str, x: torch.Tensor) -> torch.Tensor:
+    """`x` after checking it is a floating-point tensor (integer rewards would silently truncate)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}; convert it with {name}.float()")
+    return x
+
+
+def zero_padding(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """x with every masked-out entry replaced by 0, so padding (inf and NaN included) reaches
+    neither a result nor a gradient. mask: a 0/1 tensor of x's shape (checked)."""
+    return torch.where(check_mask(x, mask).bool(), x, torch.zeros_like(x))
+
+
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """sum(x * mask) over `dim` (all elements if None). Masked-out entries never contribute,
     even when they are inf or NaN."""
-    m = check_mask(x, mask)
-    x = torch.where(m.bool(), x, torch.zeros_like(x))
+    x = zero_padding(x, mask)
     return x.sum() if dim is None else x.sum(dim)
 
 
@@ -34,7 +56,9 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
 
 
 def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
-    """Variance of the masked entries of x (all dims); with `unbiased`, divides by count - 1."""
+    """Variance of the masked entries of x (all dims); with `unbiased`, divides by count - 1, so
+    one entry gives NaN (0 / 0), as no entry does for the mean."""
+    x = zero_padding(x, mask)
     mean = masked_mean(x, mask)
     count = check_mask(x, mask).sum()
     var = masked_sum((x - mean) ** 2, mask)
@@ -50,6 +74,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, 
     m = check_mask(x, mask)
     if m.sum() < 2:
         raise ValueError("masked_whiten needs at least two unmasked entries")
+    x = zero_padding(x, mask)
     mean, var = masked_mean(x, mask), masked_var(x, mask)
     white = (x - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
@@ -61,6 +86,7 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """log softmax(logits)[token]: logits (..., V), tokens (...) -> (...). Stable for large logits."""
     if logits.shape[:-1] != tokens.shape:
         raise ValueError(f"logits {tuple(logits.shape)} need shape tokens.shape + (V,); tokens are {tuple(tokens.shape)}")
+    validate.token_ids("tokens", tokens, logits.size(-1))
     logp = torch.log_softmax(logits.float(), dim=-1)
     return logp.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
 
@@ -68,9 +94,11 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy -sum p log p of softmax(logits) over the last dim: (..., V) -> (...).
 
-    Written as logsumexp(z) - sum(p z), which stays finite when some logits are -inf or huge.
+    Written as logsumexp(z) - sum(p z), which stays finite, with a finite gradient, when some
+    logits are -inf (top-k masking) or huge: where p = 0 the logit is replaced by 0 *before* the
+    product, since 0 * -inf is NaN and so is its gradient.
     """
     z = logits.float()
     p = torch.softmax(z, dim=-1)
-    pz = torch.where(p > 0, p * z, torch.zeros_like(z))  # 0 * -inf would be NaN
-    return torch.logsumexp(z, dim=-1) - pz.sum(dim=-1)
+    z_seen = torch.where(p > 0, z, torch.zeros_like(z))
+    return torch.logsumexp(z, dim=-1) - (p * z_seen).sum(dim=-1)

@@ -26,15 +26,22 @@ class DataError(RuntimeError):
     """A course data file is missing, corrupted, or cannot be found."""
 
 
-def data_dir() -> Path:
-    """The `data/` folder: `$MINIRL_DATA` if set, else the one beside the package."""
+def data_dir(create: bool = False) -> Path:
+    """The `data/` folder: `$MINIRL_DATA` if set, else the one beside the package.
+
+    create: for the commands that write the data (`python -m minirl.world`): make the folder if
+    it is missing instead of requiring it to hold the course's data already.
+    """
     env = os.environ.get("MINIRL_DATA")
-    if env:
-        path = Path(env)
-        if not path.is_dir():
-            raise DataError(f"MINIRL_DATA={env} is not a directory. Point it at the course's data/ folder.")
+    path = Path(env) if env else Path(__file__).resolve().parent.parent / "data"
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
         return path
-    path = Path(__file__).resolve().parent.parent / "data"
+    if env:
+        if not (path / MANIFEST).is_file():
+            raise DataError(f"MINIRL_DATA={env} is not the course's data folder (it has no {MANIFEST}). Point it at "
+                            "the data/ folder of a checkout, or build one there with `python -m minirl.world`.")
+        return path
     if not (path / MANIFEST).is_file():
         raise DataError(
             "Cannot find the course's data/ folder beside the minirl package (a non-editable install?). "
@@ -62,9 +69,16 @@ def sha256(path: Path) -> str:
 
 def read_manifest(root: Path) -> dict[str, str]:
     path = root / MANIFEST
+    fix = f"Restore it with `git checkout data/{MANIFEST}` or rebuild the data with `python -m minirl.world`."
     if not path.is_file():
-        raise DataError(f"{path} is missing. Rebuild the data with `python -m minirl.world`.")
-    return json.loads(path.read_text())
+        raise DataError(f"{path} is missing. {fix}")
+    try:
+        entries = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DataError(f"data/{MANIFEST} is corrupted (not valid JSON: {e}). {fix}") from None
+    if not isinstance(entries, dict) or not all(isinstance(v, str) for v in entries.values()):
+        raise DataError(f"data/{MANIFEST} is corrupted (expected a JSON object of file -> sha256). {fix}")
+    return entries
 
 
 def write_manifest(root: Path) -> None:

@@ -3,8 +3,9 @@
 One loop, on-policy, one gradient step per batch:
 
     1. sample `group_size` completions for each of `prompts_per_step` prompts (temperature 1)
-    2. per-token rewards from the task; optionally r_t - kl_coef * KL_t, with KL_t = log pi(a_t|s_t)
-       - log pi_ref(a_t|s_t) to the frozen starting model (the k1 estimate, on the sampled token)
+    2. per-token rewards from the task (or a reward function's score at the last token); optionally
+       r_t - beta * KL_t, with KL_t = log pi(a_t|s_t) - log pi_ref(a_t|s_t) to the frozen starting
+       model (k1, `minirl.kl.kl_k1`, on the sampled token)
     3. advantages by one of ESTIMATORS
     4. one step on the surrogate -(1/B) sum_i sum_t A_it log pi(a_it|s_it); with a critic, one step
        on its value loss
@@ -15,25 +16,26 @@ One loop, on-policy, one gradient step per batch:
     gae            A_t = GAE(gamma, lam) with a learned critic         (actor-critic)
 
 The critic is a separate copy of the starting model with a value head (lesson 04 discusses a
-head on the policy's own trunk instead). Fixed steps, seeded, a progress bar in Jupyter; returns
-the metrics of every step.
+head on the policy's own trunk instead); only the policy's gradients are clipped. Fixed steps,
+seeded, a progress bar in Jupyter; returns the metrics of every step.
 """
 from __future__ import annotations
 
-import copy
-import math
 from dataclasses import dataclass
 
 import torch
 
 from . import advantages as adv
-from .critic import ValueHead, completion_values
+from . import validate
+from .critic import completion_values, make_critic
+from .kl import kl_k1
 from .losses import policy_gradient_loss, value_loss
 from .model import GPT
 from .ops import entropy_from_logits, masked_mean, token_logprobs
 from .sampling import completion_logits, completion_logprobs
-from .tasks import Task, training_batches
+from .tasks import RewardFn, Task, training_rewards
 from .tokenizer import load_tokenizer
+from .training import check_config, check_finite, check_inputs, frozen_reference, optimizer_step, training_batches
 
 ESTIMATORS = ("total_return", "reward_to_go", "group_mean", "gae")
 
@@ -47,15 +49,20 @@ class PGConfig:
     estimator: str = "reward_to_go"
     gamma: float = 1.0
     lam: float = 0.95
-    kl_coef: float = 0.0
+    beta: float = 0.0  # the KL coefficient (0: no penalty)
     critic_lr: float = 1e-3
     max_grad_norm: float = 1.0
     seed: int = 0
 
-
-def make_critic(model: GPT) -> tuple[GPT, ValueHead]:
-    """A separate trunk (a copy of `model`) with a fresh value head."""
-    return copy.deepcopy(model).train(), ValueHead(model.config.n_embd).to(next(model.parameters()).device)
+    def __post_init__(self):
+        check_config(self)
+        validate.choice("estimator", self.estimator, ESTIMATORS)
+        validate.number("gamma", self.gamma, 0.0, 1.0)
+        validate.number("lam", self.lam, 0.0, 1.0)
+        validate.number("critic_lr", self.critic_lr, 0.0, open_low=True)
+        if self.estimator == "group_mean" and self.group_size < 2:
+            raise ValueError("estimator 'group_mean' compares completions of a prompt: it needs group_size >= 2 "
+                             f"(got {self.group_size}; with one completion every advantage would be 0)")
 
 
 def estimate_advantages(rewards, mask, config: PGConfig, values=None) -> torch.Tensor:
@@ -73,24 +80,28 @@ def estimate_advantages(rewards, mask, config: PGConfig, values=None) -> torch.T
     raise ValueError(f"unknown estimator {config.estimator!r}; choose one of {ESTIMATORS}")
 
 
-def train_policy_gradient(policy: GPT, task: Task, config: PGConfig, tokenizer=None) -> list[dict]:
-    """Train `policy` in place on `task`; returns one dict of metrics per step."""
+def train_policy_gradient(policy: GPT, task: Task, config: PGConfig, tokenizer=None,
+                          reward_fn: RewardFn | None = None) -> list[dict]:
+    """Train `policy` in place on `task` (its prompts and gold metrics); returns one dict of metrics
+    per step. reward_fn: a TRL-style reward function to train on instead of the task's rewards."""
+    check_inputs(policy, task, config, PGConfig)
     enc = tokenizer or load_tokenizer()
-    reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    reference = frozen_reference(policy)
     opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)
     critic = make_critic(policy) if config.estimator == "gae" else None
     if critic is not None:
-        critic_opt = torch.optim.AdamW([*critic[0].parameters(), *critic[1].parameters()], lr=config.critic_lr, weight_decay=0.0)
+        critic_params = [*critic[0].parameters(), *critic[1].parameters()]
+        critic_opt = torch.optim.AdamW(critic_params, lr=config.critic_lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)
     history = []
     for step, rollout in training_batches(policy, task, config, generator, enc, desc=config.estimator):
         mask = rollout.mask
-        task_rewards = task.token_rewards(rollout, enc)  # (B, T)
+        task_rewards = training_rewards(task, rollout, enc, reward_fn)  # (B, T)
         logits = completion_logits(policy, rollout)  # (B, T, V), with gradient
         logprobs = token_logprobs(logits, rollout.tokens) * mask
         with torch.no_grad():
-            kl = (logprobs.detach() - completion_logprobs(reference, rollout)) * mask  # k1 per token
-        rewards = task_rewards - config.kl_coef * kl
+            kl = kl_k1(logprobs.detach(), completion_logprobs(reference, rollout)) * mask
+        rewards = task_rewards - config.beta * kl
         metrics = {"step": step, "reward": task_rewards.sum(1).mean().item(), "kl": kl.sum(1).mean().item(),
                    "entropy": masked_mean(entropy_from_logits(logits.detach()), mask).item(),
                    "length": mask.sum(1).mean().item(), "truncated": rollout.truncated.float().mean().item(),
@@ -98,21 +109,15 @@ def train_policy_gradient(policy: GPT, task: Task, config: PGConfig, tokenizer=N
         values = None
         if critic is not None:
             values = completion_values(*critic, rollout)  # (B, T), with gradient for the critic
-            returns = adv.reward_to_go(rewards, mask, config.gamma)
-            v_loss = value_loss(values, returns, mask)
-            critic_opt.zero_grad(set_to_none=True)
-            v_loss.backward()
-            critic_opt.step()
+            v_loss = value_loss(values, adv.reward_to_go(rewards, mask, config.gamma), mask)
+            check_finite(v_loss, step, "value loss")
+            optimizer_step(critic_opt, critic_params, v_loss, max_grad_norm=None)  # the critic's step is not clipped
             metrics["value_loss"] = v_loss.item()
             values = values.detach()
         advantages = estimate_advantages(rewards, mask, config, values)
         loss = policy_gradient_loss(logprobs, advantages, mask)
-        if not math.isfinite(loss.item()):
-            raise FloatingPointError(f"loss is {loss.item()} at step {step}: lower lr or check the rewards")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
-        opt.step()
+        check_finite(loss, step)
+        optimizer_step(opt, list(policy.parameters()), loss, config.max_grad_norm)
         a = advantages[mask.bool()]
         metrics.update(adv_mean=a.mean().item(), adv_std=a.std().item())
         history.append(metrics)

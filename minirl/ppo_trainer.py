@@ -14,12 +14,13 @@ Each step:
 
 Each implementation detail has a switch, so a lesson can turn one off at a time: `clip` (off: the
 plain importance-weighted surrogate), `value_clip` (None: no value clipping), `whiten` (raw GAE
-advantages), `epochs` (1: one pass, as in REINFORCE). The critic is a separate copy of the starting
-model with a zero-initialised value head (initialising it from a reward model is lesson 07's).
+advantages), `epochs` (1: one pass over the batch, still in `minibatches` steps; with one
+minibatch too, the single step sees ratio 1 and PPO reduces to a policy-gradient step). The
+critic is a separate copy of the starting model with a zero-initialised value head (initialising
+it from a reward model is lesson 08's).
 """
 from __future__ import annotations
 
-import copy
 import math
 import time
 from dataclasses import dataclass
@@ -27,14 +28,16 @@ from dataclasses import dataclass
 import torch
 
 from . import advantages as adv
-from .critic import completion_values
+from . import validate
+from .critic import completion_values, make_critic
+from .kl import kl_k1
 from .losses import ppo_clip_loss, value_loss
 from .model import GPT
-from .ops import entropy_from_logits, masked_mean, masked_var, masked_whiten, token_logprobs
-from .pg_trainer import make_critic
+from .ops import entropy_from_logits, masked_mean, masked_sum, masked_var, masked_whiten, token_logprobs, zero_padding
 from .sampling import Rollout, completion_logits, completion_logprobs
-from .tasks import Task, training_batches
+from .tasks import RewardFn, Task, training_rewards
 from .tokenizer import load_tokenizer
+from .training import check_config, check_finite, check_inputs, frozen_reference, optimizer_step, training_batches
 
 
 @dataclass
@@ -56,14 +59,29 @@ class PPOConfig:
     max_grad_norm: float = 1.0
     seed: int = 0
 
+    def __post_init__(self):
+        check_config(self)
+        validate.number("critic_lr", self.critic_lr, 0.0, open_low=True)
+        validate.number("gamma", self.gamma, 0.0, 1.0)
+        validate.number("lam", self.lam, 0.0, 1.0)
+        validate.integer("epochs", self.epochs)
+        validate.integer("minibatches", self.minibatches)
+        validate.number("clip_eps", self.clip_eps, 0.0)
+        if self.value_clip is not None:
+            validate.number("value_clip", self.value_clip, 0.0)
+        batch = self.prompts_per_step * self.group_size
+        if self.minibatches > batch:
+            raise ValueError(f"minibatches={self.minibatches} is more than the {batch} completions of a batch "
+                             f"(prompts_per_step x group_size); use at most {batch}")
+
 
 def rlhf_rewards(score: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
                  beta: float) -> torch.Tensor:
-    """Per-token rewards (B, T): -beta * (log pi_old - log pi_ref) on every action token, plus the
-    sequence score (B,) at each row's last action token. Summed, R_total = score - beta * KL."""
-    r = -beta * (logprobs - ref_logprobs) * mask
+    """Per-token rewards (B, T): -beta * (log pi_old - log pi_ref) on every action token (k1), plus
+    the sequence score (B,) at each row's last action token. Summed, R_total = score - beta * KL."""
+    r = -beta * zero_padding(kl_k1(logprobs, ref_logprobs), mask)
     last = mask.sum(dim=1).long() - 1
-    r[torch.arange(r.size(0)), last] += score
+    r[torch.arange(r.size(0), device=r.device), last] += score
     return r
 
 
@@ -74,21 +92,20 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     return (1 - masked_var(returns - values, mask) / var).item() if var > 0 else float("nan")
 
 
-def sequence_score(task: Task, rollout: Rollout, enc) -> torch.Tensor:
-    """(B,) the task's reward of each completion (its per-token rewards summed)."""
-    return task.token_rewards(rollout, enc).sum(dim=1)
-
-
 class PPO:
-    """The four models and the update; `train_ppo` is the loop around it."""
+    """The four models and the update; `train_ppo` is the loop around it. Minibatches are shuffled
+    by a generator of their own (seed + 1, a stream apart from the sampler's seed), so switching an
+    implementation detail off (fewer epochs or minibatches) changes nothing about which completions
+    are sampled."""
 
     def __init__(self, policy: GPT, config: PPOConfig):
         self.policy, self.config = policy, config
-        self.reference = copy.deepcopy(policy).eval().requires_grad_(False)
+        self.reference = frozen_reference(policy)
         self.critic = make_critic(policy)  # (trunk, value head)
         self.critic_params = [p for m in self.critic for p in m.parameters()]
         self.opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)
         self.critic_opt = torch.optim.AdamW(self.critic_params, lr=config.critic_lr, weight_decay=0.0)
+        self.shuffle = torch.Generator().manual_seed(config.seed + 1)
 
     @torch.no_grad()
     def score_batch(self, rollout: Rollout, score: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -101,46 +118,42 @@ class PPO:
         if c.whiten:
             advantages = masked_whiten(advantages, mask)
         return {"rewards": rewards, "values": values, "advantages": advantages, "returns": returns,
-                "kl": ((rollout.logprobs - ref_logprobs) * mask).sum(1)}
+                "kl": masked_sum(kl_k1(rollout.logprobs, ref_logprobs), mask, dim=1)}
 
-    def update(self, rollout: Rollout, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, float]:
+    def update(self, rollout: Rollout, batch: dict[str, torch.Tensor], step: int) -> dict[str, float]:
         """`epochs` passes of `minibatches` shuffled minibatches; returns the mean diagnostics."""
         c = self.config
         B = rollout.tokens.size(0)
         stats = {"clip_fraction": [], "approx_kl": [], "value_loss": []}
         for _ in range(c.epochs):
-            for rows in torch.randperm(B, generator=generator).chunk(c.minibatches):
+            for rows in torch.randperm(B, generator=self.shuffle).chunk(c.minibatches):
                 mb = rollout.select(rows)
                 logprobs = token_logprobs(completion_logits(self.policy, mb), mb.tokens)
                 loss, diag = ppo_clip_loss(logprobs, mb.logprobs, batch["advantages"][rows], mb.mask,
                                            clip_eps=c.clip_eps if c.clip else math.inf)
-                if not math.isfinite(loss.item()):
-                    raise FloatingPointError(f"policy loss is {loss.item()}: lower lr or check the rewards")
-                self._step(self.opt, self.policy.parameters(), loss)
+                check_finite(loss, step, "policy loss")
+                optimizer_step(self.opt, list(self.policy.parameters()), loss, c.max_grad_norm)
                 values = completion_values(*self.critic, mb)
                 v_loss = value_loss(values, batch["returns"][rows], mb.mask, old_values=batch["values"][rows],
                                     clip_range=c.value_clip)
-                self._step(self.critic_opt, self.critic_params, v_loss)
+                check_finite(v_loss, step, "value loss")
+                optimizer_step(self.critic_opt, self.critic_params, v_loss, c.max_grad_norm)
                 for k, v in (*diag.items(), ("value_loss", v_loss.item())):
                     stats[k].append(v)
         return {k: sum(v) / len(v) for k, v in stats.items()}
 
-    def _step(self, opt: torch.optim.Optimizer, params, loss: torch.Tensor) -> None:
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(params), self.config.max_grad_norm)
-        opt.step()
 
-
-def train_ppo(policy: GPT, task: Task, config: PPOConfig, tokenizer=None) -> list[dict]:
-    """Train `policy` in place on `task`; returns one dict of metrics per step."""
+def train_ppo(policy: GPT, task: Task, config: PPOConfig, tokenizer=None, reward_fn: RewardFn | None = None) -> list[dict]:
+    """Train `policy` in place on `task` (its prompts and gold metrics); returns one dict of metrics
+    per step. reward_fn: a TRL-style reward function to train on instead of the task's rewards."""
+    check_inputs(policy, task, config, PPOConfig)
     enc = tokenizer or load_tokenizer()
     ppo = PPO(policy, config)
-    generator = torch.Generator().manual_seed(config.seed)  # sampling and minibatch shuffling
+    generator = torch.Generator().manual_seed(config.seed)  # sampling
     history = []
     last = time.perf_counter()
     for step, rollout in training_batches(policy, task, config, generator, enc, desc="PPO"):
-        score = sequence_score(task, rollout, enc)
+        score = training_rewards(task, rollout, enc, reward_fn).sum(dim=1)  # (B,) each completion's reward
         batch = ppo.score_batch(rollout, score)
         mask = rollout.mask
         with torch.no_grad():
@@ -149,7 +162,7 @@ def train_ppo(policy: GPT, task: Task, config: PPOConfig, tokenizer=None) -> lis
                    "total_reward": batch["rewards"].sum(1).mean().item(), "entropy": entropy,
                    "length": mask.sum(1).mean().item(), "truncated": rollout.truncated.float().mean().item(),
                    "explained_variance": explained_variance(batch["values"], batch["returns"], mask), **task.gold(rollout)}
-        metrics.update(ppo.update(rollout, batch, generator))
+        metrics.update(ppo.update(rollout, batch, step))
         now = time.perf_counter()
         metrics["step_time"], last = now - last, now  # sampling included
         history.append(metrics)

@@ -17,9 +17,22 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 import re
 
-from . import grammar
+from . import grammar, validate
+
+
+# ---------------------------------------------------------------- the arguments every reward function takes
+def pairs(prompts: list[str], completions: list[str]) -> list[tuple[str, str]]:
+    """(prompt, completion) pairs, after checking both are lists of strings of the same length."""
+    for name, x in (("prompts", prompts), ("completions", completions)):
+        if isinstance(x, str) or not all(isinstance(t, str) for t in x):
+            raise TypeError(f"{name} must be a list of strings (one per completion), got {type(x).__name__}")
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions: give one prompt per completion")
+    return list(zip(prompts, completions))
+
 
 # ---------------------------------------------------------------- reviews
 LEXICON = {**{w: 1.0 for w in grammar.POSITIVE}, **{w: -1.0 for w in grammar.NEGATIVE}}
@@ -38,7 +51,7 @@ def is_repetitive(text: str) -> bool:
 
 def review_proxy_reward(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
     """Lexicon score of the completion: +1 per positive word, -1 per negative word."""
-    return [sentiment(c) for c in completions]
+    return [sentiment(c) for _, c in pairs(prompts, completions)]
 
 
 def review_gold_reward(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
@@ -48,7 +61,7 @@ def review_gold_reward(prompts: list[str], completions: list[str], **kwargs) -> 
     has more positive than negative adjectives, counting the prompt's.
     """
     scores = []
-    for p, c in zip(prompts, completions, strict=True):
+    for p, c in pairs(prompts, completions):
         text = p + c
         if not grammar.is_review(text) or is_repetitive(text):
             scores.append(-1.0)
@@ -66,6 +79,11 @@ def review_token_rewards(tokenizer, tokens: list[int]) -> list[float]:
     equals `review_proxy_reward` on the decoded text.
     """
     eos = tokenizer.eot_token
+    try:
+        tokens = [operator.index(t) for t in tokens]  # a list or a 1-D tensor of ids
+    except TypeError:
+        raise TypeError(f"tokens must be a list of token ids, got {type(tokens).__name__}") from None
+    validate.token_ids("tokens", tokens, tokenizer.n_vocab)
     pieces = []
     for t in tokens:
         if t == eos:
@@ -84,7 +102,7 @@ def review_token_rewards(tokenizer, tokens: list[int]) -> list[float]:
 def arithmetic_reward(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
     """1.0 if prompt + completion is a well-formed sum with the right answer, else 0.0 (a verifier)."""
     scores = []
-    for p, c in zip(prompts, completions, strict=True):
+    for p, c in pairs(prompts, completions):
         m = grammar.ARITHMETIC.fullmatch(p + c)
         ok = m is not None and grammar.is_arithmetic(p + c) and int(m[1]) + int(m[2]) == int(m[3])
         scores.append(1.0 if ok else 0.0)
@@ -123,7 +141,7 @@ def order_utility(text: str) -> float:
 
 def order_gold_reward(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
     """The hidden annotator's utility of each order (the gold reward for RLHF lessons)."""
-    return [order_utility(p + c) for p, c in zip(prompts, completions, strict=True)]
+    return [order_utility(p + c) for p, c in pairs(prompts, completions)]
 
 
 def preference_probability(text_a: str, text_b: str) -> float:
@@ -142,6 +160,8 @@ INVALID_PLAN_REWARD = -5.0
 
 def plan_reward(activities: tuple[str, ...]) -> float:
     """R(plan) for a sequence of activities."""
+    if isinstance(activities, str) or not all(a in ACTIVITY_REWARD for a in activities):
+        raise ValueError(f"a plan is a tuple of activities from {tuple(ACTIVITY_REWARD)}, got {activities!r}")
     r = sum(ACTIVITY_REWARD[a] for a in activities)
     for a, b in zip(activities, activities[1:]):
         r += PAIR_REWARD.get((a, b), 0.0) + (REPEAT_PENALTY if a == b else 0.0)
@@ -151,7 +171,7 @@ def plan_reward(activities: tuple[str, ...]) -> float:
 def plan_true_reward(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
     """The expert's hidden reward of each plan; INVALID_PLAN_REWARD if it does not parse."""
     scores = []
-    for p, c in zip(prompts, completions, strict=True):
+    for p, c in pairs(prompts, completions):
         text = p + c
         scores.append(plan_reward(tuple(text.split(" ")[1:-1])) if grammar.is_plan(text) else INVALID_PLAN_REWARD)
     return scores

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import tiktoken
 import torch
 
+from . import validate
 from .model import GPT, KVCache
 from .tokenizer import PAD, load_tokenizer
 
@@ -35,8 +37,24 @@ class Rollout:
     prompts: list[str] | None = None  # (B,) prompt text per row (repeated group_size times)
     texts: list[str] | None = None  # (B,) completion text per row, without EOS
 
-    def select(self, rows: torch.Tensor) -> "Rollout":
-        """The rollout restricted to `rows` (a minibatch); group_size becomes 1."""
+    def select(self, rows) -> "Rollout":
+        """The rollout restricted to `rows` (a minibatch); group_size becomes 1.
+
+        rows: row indices (a list or 1-D integer tensor) or a boolean mask over the B rows.
+        """
+        rows, B = torch.as_tensor(rows), self.tokens.size(0)
+        if rows.numel() == 0:
+            rows = rows.long()  # [] becomes a float tensor
+        if rows.dtype == torch.bool:
+            if rows.shape != (B,):
+                raise ValueError(f"a boolean row mask needs shape {(B,)}, got {tuple(rows.shape)}")
+            rows = rows.nonzero().squeeze(1)
+        elif rows.dim() != 1 or rows.is_floating_point() or rows.dtype == torch.uint8:
+            raise TypeError(f"rows must be 1-D integer indices or a boolean mask, got {rows.dtype} of shape "
+                            f"{tuple(rows.shape)} (for a 0/1 mask use .bool())")
+        elif rows.numel() and not -B <= int(rows.min()) <= int(rows.max()) < B:
+            raise IndexError(f"row indices must lie in [-{B}, {B}), the rollout's rows; got [{int(rows.min())}, "
+                             f"{int(rows.max())}]")
         idx = rows.tolist()
         return Rollout(self.prompt_tokens[rows], self.prompt_mask[rows], self.tokens[rows], self.logprobs[rows],
                        self.mask[rows], self.truncated[rows], 1,
@@ -57,8 +75,12 @@ def positions_from_mask(key_mask: torch.Tensor) -> torch.Tensor:
 
 def left_pad(prompts: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Token lists -> left-padded ids (N, P) and mask (N, P)."""
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token")
+    if len(prompts) == 0:
+        raise ValueError("no prompts given: pass a list with at least one prompt")
+    if not all(isinstance(p, (list, tuple)) and all(isinstance(t, int) for t in p) for p in prompts):
+        raise TypeError("prompts must be a list of token-id lists, one per prompt, e.g. [[12, 7, 3]]")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token (an empty prompt has nothing to condition on)")
     P = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), P), pad, dtype=torch.long, device=device)
     mask = torch.zeros((len(prompts), P), dtype=torch.long, device=device)
@@ -70,8 +92,8 @@ def left_pad(prompts: list[list[int]], pad: int, device) -> tuple[torch.Tensor, 
 
 def sampling_logprobs(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
     """Log-probabilities (..., V) of the distribution sampled from: softmax(logits / T) on the top k."""
-    if temperature <= 0:
-        raise ValueError("sampling_logprobs needs temperature > 0 (temperature 0 is greedy)")
+    if not temperature > 0:
+        raise ValueError(f"sampling_logprobs needs temperature > 0 (temperature 0 is greedy), got {temperature}")
     if temperature != 1.0:
         logits = logits / temperature
     if top_k is not None and top_k < logits.size(-1):
@@ -97,8 +119,22 @@ def inverse_cdf_sample(probs: torch.Tensor, generator) -> torch.Tensor:
     vocabulary entry instead, which dominates a decoding step on a CPU.
     """
     cdf = probs.cumsum(dim=-1)  # (B, V)
-    u = torch.rand(probs.size(0), 1, generator=generator, device=probs.device, dtype=cdf.dtype)
+    u = uniform(probs.size(0), generator, probs.device)  # (B, 1)
     return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)
+
+
+def uniform(n: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """(n, 1) uniform numbers in [0, 1) on `device`, drawn on the generator's own device and moved.
+
+    A CPU generator (what the trainers pass) thus serves a model on any device, and a seed gives
+    the same numbers whatever the device; the tokens can still differ where the logits do.
+    """
+    if generator is None:
+        return torch.rand(n, 1, device=device, dtype=torch.float32)
+    u = torch.rand(n, 1, generator=generator, device=generator.device, dtype=torch.float32)
+    if u.device.type == "cpu" and device.type == "cuda":  # a pinned, asynchronous copy: no extra wait per step
+        return u.pin_memory().to(device, non_blocking=True)
+    return u.to(device)
 
 
 @torch.no_grad()
@@ -119,12 +155,18 @@ def sample_tokens(
     With `eos_token_id=None` every row runs to exactly `max_new_tokens`. Rows are ordered
     prompt by prompt: rows [i*G, (i+1)*G) are prompt i's group.
     """
-    if group_size < 1 or max_new_tokens < 1:
-        raise ValueError(f"group_size and max_new_tokens must be >= 1, got {group_size} and {max_new_tokens}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a minirl GPT, e.g. minirl.load_model('base'); got {type(model).__name__}")
+    group_size, max_new_tokens = validate.integer("group_size", group_size), validate.integer("max_new_tokens", max_new_tokens)
+    validate.number("temperature", temperature, 0.0)
+    if top_k is not None:
+        validate.integer("top_k", top_k)
     device = next(model.parameters()).device
+    validate.generator_for(generator, device)
     ids, pmask = left_pad(prompts, pad_token_id, device)
+    validate.token_ids("prompt token ids", [t for p in prompts for t in p], model.config.vocab_size)
+    validate.token_ids("eos_token_id and pad_token_id", [pad_token_id] + ([] if eos_token_id is None else [eos_token_id]),
+                       model.config.vocab_size)
     N, P = ids.shape
     if P + max_new_tokens > model.config.n_ctx:
         raise ValueError(
@@ -136,6 +178,9 @@ def sample_tokens(
     cache = KVCache.empty(model.config, N, P + max_new_tokens, device=device, dtype=model.wte.weight.dtype)
     hidden = model.hidden_states(ids, positions=positions_from_mask(pmask), key_mask=pmask if ragged else None, cache=cache)
     logits = model.logits(hidden[:, -1])  # (N, V): only the last position predicts a completion token
+    if not bool(torch.isfinite(logits).all()):
+        raise FloatingPointError("the model's logits are not finite (NaN or inf): its weights have diverged; "
+                                 "reload the model and train with a lower learning rate")
     # 2. copy each prompt's cache (and its last logits) to its group's rows
     B = N * group_size
     if group_size > 1:
@@ -193,7 +238,14 @@ def sample(
     """
     if isinstance(prompts, str):
         raise TypeError("prompts must be a list of strings, not a single string")
+    if not all(isinstance(p, str) for p in prompts):
+        raise TypeError("prompts must be a list of strings (for token ids use minirl.sample_tokens)")
     enc = tokenizer or load_tokenizer()
+    if not isinstance(enc, tiktoken.Encoding):
+        raise TypeError(f"tokenizer must be a tiktoken.Encoding such as minirl.load_tokenizer(), got {type(enc).__name__}")
+    if isinstance(model, GPT) and enc.n_vocab != model.config.vocab_size:
+        raise ValueError(f"the tokenizer has {enc.n_vocab} tokens but the model's vocabulary has "
+                         f"{model.config.vocab_size}: pass the tokenizer the model was trained with")
     eos = enc.eot_token
     rollout = sample_tokens(
         model, enc.encode_ordinary_batch(prompts), max_new_tokens=max_new_tokens, eos_token_id=eos,

@@ -3,18 +3,28 @@
 A task turns a `Rollout` into a (B, T) tensor of per-token rewards (what the learner sees) and
 into gold metrics (what we judge it by). Sequence-level rewards land on each row's last action
 token (EOS, or the token that hit the length limit).
+
+A trainer can instead learn from any reward function with TRL's signature,
+
+    reward_fn(prompts: list[str], completions: list[str], **kwargs) -> list[float]
+
+called with the keyword arguments `completion_ids` (each completion's token ids through EOS) and
+`truncated` (True where a completion hit the length limit instead of ending with EOS), so a
+learned reward model can tell the two apart; the task still gives the prompts and the gold
+metrics. What the function returns is checked: one finite number per completion.
 """
 from __future__ import annotations
 
-import random
+import inspect
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
-from . import datasets, grammar, rewards
-from .notebook import progress
-from .sampling import Rollout, sample
+from . import datasets, grammar, rewards, validate
+from .sampling import Rollout
+
+RewardFn = Callable[..., list]
 
 
 @dataclass
@@ -27,24 +37,13 @@ class Task:
     gold: Callable[[Rollout], dict[str, float]]  # rollout -> named gold metrics (batch means)
 
 
-def training_batches(policy, task: Task, config, generator: torch.Generator, tokenizer,
-                     desc: str) -> Iterator[tuple[int, Rollout]]:
-    """The on-policy loop every trainer shares: for each of `config.steps` steps (with a progress
-    bar), draw `config.prompts_per_step` training prompts (seeded by `config.seed`) and sample
-    `config.group_size` completions of each from the current policy at temperature 1.
-    Yields (step, rollout); `generator` drives the sampling (and may serve the caller too)."""
-    rng = random.Random(config.seed)
-    for step in progress(range(config.steps), desc=desc):
-        prompts = [rng.choice(task.train_prompts) for _ in range(config.prompts_per_step)]
-        yield step, sample(policy, prompts, max_new_tokens=task.max_new_tokens, group_size=config.group_size,
-                           generator=generator, tokenizer=tokenizer)
-
-
-def last_token_rewards(rollout: Rollout, scores: list[float]) -> torch.Tensor:
-    """(B, T) zeros with each row's score at its last action token."""
+def last_token_rewards(rollout: Rollout, scores) -> torch.Tensor:
+    """(B, T) zeros with each row's score (a list or (B,) tensor) at its last action token."""
     out = torch.zeros_like(rollout.logprobs)
+    if len(scores) != out.size(0):
+        raise ValueError(f"{len(scores)} scores for {out.size(0)} completions: give one score per completion")
     last = rollout.mask.sum(dim=1).long() - 1  # (B,) index of the last action token
-    out[torch.arange(out.size(0)), last] = torch.tensor(scores, dtype=out.dtype, device=out.device)
+    out[torch.arange(out.size(0), device=out.device), last] = torch.as_tensor(scores, dtype=out.dtype, device=out.device)
     return out
 
 
@@ -59,8 +58,14 @@ def review_gold(rollout: Rollout) -> dict[str, float]:
             "valid": sum(grammar.is_review(p + c) for p, c in zip(rollout.prompts, rollout.texts)) / len(gold)}
 
 
+REVIEW_STARTS = ("negative", "positive")
+
+
 def reviews_task(start: str = "negative") -> Task:
-    """Make the review positive, however it starts (seed 003). Proxy: the lexicon, per token."""
+    """Make the review positive, however it starts (seed 003). Proxy: the lexicon, per token.
+    start: the prompt set, reviews whose first clause is 'negative' or 'positive'."""
+    validate.choice("prompt set (start)", start, REVIEW_STARTS)
+
     def prompts(split):
         return [r["prompt"] for r in datasets.load_prompts("reviews", split) if r["start"] == start]
     return Task("reviews", prompts("train"), prompts("test"), grammar.MAX_NEW_TOKENS["reviews"],
@@ -79,3 +84,62 @@ def arithmetic_task() -> Task:
     def prompts(split):
         return [r["prompt"] for r in datasets.load_prompts("arithmetic", split)]
     return Task("arithmetic", prompts("train"), prompts("test"), grammar.MAX_NEW_TOKENS["arithmetic"], token_rewards, gold)
+
+
+def check_signature(reward_fn: RewardFn, name: str) -> None:
+    """A reward function takes (prompts, completions) and the keyword arguments minirl passes."""
+    if not callable(reward_fn):
+        raise TypeError(f"reward_fn must be a function reward_fn(prompts, completions, **kwargs), got {name}")
+    try:
+        params = inspect.signature(reward_fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: let the call speak
+        return
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in params)
+    named = {p.name for p in params}
+    if not takes_all and not {"completion_ids", "truncated"} <= named:
+        raise TypeError(f"reward function {name} must accept the keyword arguments minirl passes (completion_ids, "
+                        "truncated), as TRL's do: end its parameters with **kwargs")
+
+
+def reward_scores(reward_fn: RewardFn, rollout: Rollout) -> torch.Tensor:
+    """(B,) the scores `reward_fn` gives the rollout's completions, checked: one finite number each."""
+    name = getattr(reward_fn, "__name__", type(reward_fn).__name__)
+    check_signature(reward_fn, name)
+    B = rollout.tokens.size(0)
+    lengths = rollout.mask.sum(dim=1).long().tolist()
+    ids = [row[:n] for row, n in zip(rollout.tokens.tolist(), lengths)]
+    out = reward_fn(rollout.prompts, rollout.texts, completion_ids=ids, truncated=rollout.truncated.tolist())
+    wanted = f"a list of {B} floats, one per completion"
+    if isinstance(out, torch.Tensor):
+        out = out.detach().cpu()  # a reward model's scores, on any device
+    if isinstance(out, (int, float)) or (isinstance(out, torch.Tensor) and out.dim() == 0):
+        raise TypeError(f"reward function {name} returned a single score ({float(out)}); it must return {wanted}")
+    try:
+        scores = torch.as_tensor(out, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"reward function {name} returned {type(out).__name__} holding something other than "
+                        f"numbers (None?); it must return {wanted}") from None
+    if scores.shape != (B,):
+        got = f"{len(out)} scores" if scores.dim() == 1 else f"shape {tuple(scores.shape)}"
+        raise ValueError(f"reward function {name} returned {got} for {B} completions; it must return {wanted}")
+    bad = (~torch.isfinite(scores)).nonzero().flatten().tolist()
+    if bad:
+        i = bad[0]
+        raise ValueError(f"reward function {name} returned non-finite scores for {len(bad)} of {B} completions, "
+                         f"the first {scores[i].item()} for completion {i} ({rollout.texts[i]!r}); scores must be "
+                         "finite numbers")
+    return scores.to(rollout.logprobs.dtype).to(rollout.logprobs.device)  # cast on the CPU: MPS has no float64
+
+
+def training_rewards(task: Task, rollout: Rollout, tokenizer, reward_fn: RewardFn | None = None) -> torch.Tensor:
+    """(B, T) per-token rewards the learner sees: `reward_fn`'s score of each completion at its
+    last action token when one is given, else the task's own rewards (checked: shape and finite)."""
+    if reward_fn is not None:
+        return last_token_rewards(rollout, reward_scores(reward_fn, rollout))
+    rewards = task.token_rewards(rollout, tokenizer)
+    if rewards.shape != rollout.logprobs.shape:
+        raise ValueError(f"task {task.name!r} gave rewards of shape {tuple(rewards.shape)}, expected "
+                         f"{tuple(rollout.logprobs.shape)} (one per completion token)")
+    if not bool(torch.isfinite(rewards).all()):
+        raise ValueError(f"task {task.name!r} gave non-finite rewards (NaN or inf); rewards must be finite")
+    return rewards

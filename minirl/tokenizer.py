@@ -23,7 +23,7 @@ from pathlib import Path
 import regex
 import tiktoken
 
-from .paths import verified_path
+from .paths import data_dir, verified_path
 
 FILE = "tokenizer.json"
 SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -90,7 +90,7 @@ def build_encoding(ranks: dict[bytes, int], pattern: str = SPLIT_PATTERN, name: 
     return tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=special)
 
 
-_cache: dict[str, tiktoken.Encoding] = {}
+_cache: dict[Path, tiktoken.Encoding] = {}  # one per data folder (MINIRL_DATA may change)
 
 
 def load_tokenizer() -> tiktoken.Encoding:
@@ -99,9 +99,9 @@ def load_tokenizer() -> tiktoken.Encoding:
     `enc.eot_token` is EOS; `enc.encode_single_token("<|pad|>")` is PAD. Plain `enc.encode(text)`
     refuses text that spells a special token, so user text cannot inject one.
     """
-    if "course" not in _cache:
+    root = data_dir()
+    if root not in _cache:
         payload = json.loads(verified_path(FILE).read_text())
         ranks = {base64.b64decode(t): i for i, t in enumerate(payload["ranks"])}
-        enc = build_encoding(ranks, payload["pattern"])
-        _cache["course"] = enc
-    return _cache["course"]
+        _cache[root] = build_encoding(ranks, payload["pattern"])
+    return _cache[root]

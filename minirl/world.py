@@ -1,6 +1,7 @@
 """The seeded generator of the tiny world: writes every corpus, prompt set and label into data/.
 
     python -m minirl.world            # rewrites data/world/*, data/tokenizer.json, data/MANIFEST.json
+                                      # (under $MINIRL_DATA instead of data/ when it is set)
 
 The output is a pure function of SEED, so a rebuild reproduces the committed files byte for byte
 (the tokenizer included, and hence the checkpoints stay valid).
@@ -194,7 +195,7 @@ def build_world(out: Path, seed: int = SEED) -> dict[str, list[str]]:
 def main() -> None:
     from . import paths, tokenizer
 
-    out = Path(__file__).resolve().parent.parent / "data"
+    out = paths.data_dir(create=True)
     corpora = build_world(out)
     text = "\n".join(doc for docs in corpora.values() for doc in docs)
     tokenizer.save_tokenizer(tokenizer.train_bpe(text, tokenizer.VOCAB_SIZE, tokenizer.SPLIT_PATTERN), out / tokenizer.FILE)

@@ -1,7 +1,13 @@
 """Under pytest-xdist each worker uses one torch thread: two workers with two threads each on a
 2-core machine oversubscribe it, and OpenMP's spinning then slows every test several-fold.
-Tests never touch the network: Hugging Face libraries are told to stay offline."""
+Tests never touch the network: Hugging Face libraries are told to stay offline.
+
+A test run leaves nothing in the system's temporary directory: the controlling process points
+TMPDIR (and so pytest's tmp_path, and whatever TRL, transformers or torch write there) at one
+folder of its own, which the workers inherit, and removes that folder when the run ends."""
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -10,3 +16,23 @@ import torch  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER") or hasattr(config, "minirl_tmp"):
+        return
+    config.minirl_tmp, config.minirl_old_tmpdir = tempfile.mkdtemp(prefix="minirl-tests-"), os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = config.minirl_tmp
+    tempfile.tempdir = None  # forget the cached default, so gettempdir() reads TMPDIR again
+    if config.option.basetemp is None:
+        config.option.basetemp = os.path.join(config.minirl_tmp, "pytest")
+
+
+def pytest_unconfigure(config):
+    if hasattr(config, "minirl_tmp"):
+        shutil.rmtree(config.minirl_tmp, ignore_errors=True)
+        if config.minirl_old_tmpdir is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = config.minirl_old_tmpdir
+        tempfile.tempdir = None

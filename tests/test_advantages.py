@@ -109,8 +109,8 @@ def test_prompt_mean_baseline():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"gamma": 1.5}, "gamma must be in"),
-    ({"gamma": 0.9, "lam": -0.1}, "lam must be in"),
+    ({"gamma": 1.5}, "gamma must be a finite number in \\[0, 1\\]"),
+    ({"gamma": 0.9, "lam": -0.1}, "lam must be a finite number in \\[0, 1\\]"),
 ])
 def test_bad_discounts_are_clear_errors(batch, kwargs, match):
     rewards, values, mask, _ = batch
@@ -169,3 +169,24 @@ def test_group_of_one_and_bad_grouping_raise():
         leave_one_out(torch.ones(4), 1)
     with pytest.raises(ValueError, match="does not divide"):
         group_normalize(torch.ones(5), 2)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_junk_on_padding_reaches_neither_returns_nor_gradients(batch, value):
+    """inf or NaN on padding, in rewards and values: returns and advantages equal those with zeros
+    there, and their gradients stay finite (the inputs are cleaned before any arithmetic)."""
+    rewards, values, mask, _ = batch
+    clean_r, clean_v = rewards * mask, values * mask
+
+    def run(fill_r, fill_v):
+        r, v = fill_r.clone().requires_grad_(True), fill_v.clone().requires_grad_(True)
+        a, ret = gae(r, v, mask, 0.9, 0.8)
+        g = reward_to_go(r, mask, 0.9)
+        (a.sum() + ret.sum() + g.sum()).backward()
+        return a.detach(), ret.detach(), g.detach(), r.grad, v.grad
+
+    junk_r = torch.where(mask.bool(), rewards, torch.full_like(rewards, value))
+    junk_v = torch.where(mask.bool(), values, torch.full_like(values, value))
+    for want, got in zip(run(clean_r, clean_v), run(junk_r, junk_v)):
+        assert torch.equal(want, got)
+        assert torch.isfinite(got).all()

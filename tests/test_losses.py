@@ -150,7 +150,19 @@ def test_ppo_clip_loss_matches_rlax_published_values():
     assert losses.ppo_clip_loss(logp, old, -adv, mask)[0].item() == pytest.approx(0.19333333, abs=1e-7)
 
 
-def loop_grpo_loss(logp, old, ref, adv, mask, eps, beta, mode, max_len=None):
+def test_ppo_diagnostics_count_action_tokens_only():
+    """Two real tokens with ratios 1.5 and 1.1 and two of padding: the clip fraction is 1/2 and the
+    approximate KL the mean of k3 over the two real tokens, not over all four."""
+    new = torch.log(torch.tensor([[1.5, 1.1, 9.0, 9.0]], dtype=torch.float64))
+    old = torch.zeros(1, 4, dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0]], dtype=torch.float64)
+    _, diag = losses.ppo_clip_loss(new, old, torch.ones(1, 4, dtype=torch.float64), mask, clip_eps=0.2)
+    assert diag["clip_fraction"] == pytest.approx(1 / 2)
+    ratio = torch.tensor([1.5, 1.1], dtype=torch.float64)
+    assert diag["approx_kl"] == pytest.approx(((ratio - 1) - ratio.log()).mean().item(), abs=1e-12)
+
+
+def loop_grpo_loss(logp, old, ref, adv, mask, eps, beta, mode, max_len=None, eps_high=None):
     """GRPO's loss token by token in float64 Python floats (the plain second implementation)."""
     rows = []
     for i in range(len(logp)):
@@ -160,7 +172,7 @@ def loop_grpo_loss(logp, old, ref, adv, mask, eps, beta, mode, max_len=None):
                 continue
             r = math.exp(logp[i][t] - old[i][t])
             a = adv[i]
-            surrogate = min(r * a, min(max(r, 1 - eps), 1 + eps) * a)
+            surrogate = min(r * a, min(max(r, 1 - eps), 1 + (eps if eps_high is None else eps_high)) * a)
             q_over_p = math.exp(ref[i][t] - logp[i][t])
             row.append(-surrogate + beta * (q_over_p - 1 - math.log(q_over_p)))
         rows.append(row)
@@ -192,6 +204,51 @@ def test_grpo_loss_matches_loop(grpo_batch, mode):
     want = loop_grpo_loss(logp.tolist(), old.tolist(), ref.tolist(), adv.tolist(), mask.tolist(), 0.2, 0.04, mode, 8)
     assert got.item() == pytest.approx(want, abs=1e-12)
     assert 0 < diag["clip_fraction"] < 1
+
+
+def test_grpo_loss_clip_higher_matches_loop(grpo_batch):
+    """DAPO's clip-higher: eps_high = 0.28 above, eps = 0.2 below; the loss and clip fraction move."""
+    logp, old, ref, adv, mask = grpo_batch
+    got, diag = losses.grpo_loss(logp, old, ref, adv, mask, clip_eps=0.2, clip_eps_high=0.28, aggregation="token_mean")
+    want = loop_grpo_loss(logp.tolist(), old.tolist(), ref.tolist(), adv.tolist(), mask.tolist(), 0.2, 0.04,
+                          "token_mean", eps_high=0.28)
+    symmetric, sym_diag = losses.grpo_loss(logp, old, ref, adv, mask, clip_eps=0.2, aggregation="token_mean")
+    assert got.item() == pytest.approx(want, abs=1e-12)
+    assert abs(got.item() - symmetric.item()) > 1e-5 and diag["clip_fraction"] < sym_diag["clip_fraction"]
+
+
+def poisoned(x, mask, value):
+    """x with `value` (inf or NaN) written on its padding."""
+    return torch.where(mask.bool(), x, torch.full_like(x, value))
+
+
+LOSSES = {
+    "policy_gradient": lambda lp, o, r, a, m: losses.policy_gradient_loss(lp, a, m),
+    "ppo_clip": lambda lp, o, r, a, m: losses.ppo_clip_loss(lp, o, a, m)[0],
+    "grpo": lambda lp, o, r, a, m: losses.grpo_loss(lp, o, r, a[:, 0], m, beta=0.1)[0],
+    "value": lambda lp, o, r, a, m: losses.value_loss(lp, a, m, old_values=o, clip_range=0.2),
+    "sft": lambda lp, o, r, a, m: losses.aggregate(lp, m, "token_mean"),
+}
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+@pytest.mark.parametrize("name", LOSSES)
+def test_junk_on_padding_reaches_neither_loss_nor_gradient(grpo_batch, name, value):
+    """inf or NaN on the padding of *every* input (the one differentiated included) leaves the loss
+    and its gradient exactly as with zeros there; the gradient on padding is 0."""
+    logp, old, ref, adv, mask = grpo_batch
+    per_token_adv = adv[:, None].expand_as(logp).clone()
+
+    def loss_and_grad(fill):
+        x = fill(logp).requires_grad_(True)
+        loss = LOSSES[name](x, fill(old), fill(ref), fill(per_token_adv), mask)
+        loss.backward()
+        return loss.item(), x.grad
+
+    clean_loss, clean_grad = loss_and_grad(lambda t: t.clone())
+    loss, grad = loss_and_grad(lambda t: poisoned(t, mask, value))
+    assert loss == clean_loss and torch.equal(grad, clean_grad)
+    assert torch.isfinite(grad).all() and grad[mask == 0].eq(0).all()
 
 
 def test_grpo_at_ratio_one_without_kl_has_the_policy_gradient(grpo_batch):

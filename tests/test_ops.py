@@ -122,3 +122,23 @@ def test_non_binary_mask_is_a_clear_error(batch):
     x, mask = batch
     with pytest.raises(ValueError, match="only 0 and 1"):
         ops.masked_mean(x, mask * 0.5)
+
+
+@pytest.mark.parametrize("value", [math.inf, math.nan])
+def test_junk_on_padding_reaches_neither_values_nor_gradients(batch, value):
+    """masked_sum, masked_mean, masked_var and masked_whiten with inf or NaN on the padding give the
+    values and gradients they give with zeros there (masked_var's mean made a NaN gradient before)."""
+    x, mask = batch
+    mask = mask.clone()
+    mask[3] = 1.0  # whiten and var reduce over everything: no all-masked row needed here
+    junk = torch.where(mask.bool(), x, torch.full_like(x, value))
+
+    def run(inp):
+        a = inp.clone().requires_grad_(True)
+        out = torch.stack([ops.masked_sum(a, mask), ops.masked_mean(a, mask), ops.masked_var(a, mask),
+                           (ops.masked_whiten(a, mask) * torch.arange(a.numel()).view_as(a)).sum()])
+        out.sum().backward()
+        return out.detach(), a.grad
+
+    for want, got in zip(run(x * mask), run(junk)):
+        assert torch.allclose(want, got, atol=1e-6) and torch.isfinite(got).all()

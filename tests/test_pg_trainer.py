@@ -1,4 +1,4 @@
-"""The policy-gradient trainer: it learns, records its metrics, and stops loudly on NaN."""
+"""The policy-gradient trainer: it learns and records its metrics (NaN and bad rewards: test_training.py)."""
 import dataclasses
 
 import pytest
@@ -17,7 +17,7 @@ def task():
 @pytest.mark.slow
 def test_reinforce_raises_the_proxy_reward(task):
     model = minirl.load_model("base")
-    history = train_policy_gradient(model, task, PGConfig(steps=12, prompts_per_step=8, group_size=4, kl_coef=0.3))
+    history = train_policy_gradient(model, task, PGConfig(steps=12, prompts_per_step=8, group_size=4, beta=0.3))
     first, last = sum(h["reward"] for h in history[:3]) / 3, sum(h["reward"] for h in history[-3:]) / 3
     assert last > first + 0.5  # measured: -0.14 -> +1.51 (3-step means)
     expected = {"reward", "kl", "entropy", "length", "truncated", "gold", "gold_positive", "valid", "adv_mean", "adv_std"}
@@ -33,12 +33,6 @@ def test_actor_critic_trains_its_critic(task):
     assert last < 0.8 * first  # measured: 0.51 -> 0.31 (3-step means), at 1 and 2 threads
 
 
-def test_nan_rewards_stop_training_with_a_clear_message(task):
-    bad = dataclasses.replace(task, token_rewards=lambda rollout, enc: torch.full_like(rollout.logprobs, float("nan")))
-    with pytest.raises(FloatingPointError, match="at step 0"):
-        train_policy_gradient(minirl.load_model("base"), bad, PGConfig(steps=2, prompts_per_step=2, group_size=2))
-
-
 def test_estimators_on_a_hand_made_batch():
     rewards = torch.tensor([[0.0, 1.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 3.0], [1.0, 1.0, 1.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
@@ -47,5 +41,5 @@ def test_estimators_on_a_hand_made_batch():
     assert got["total_return"].tolist() == [[1, 1, 0], [2, 2, 2], [3, 3, 3], [3, 3, 3]]
     assert got["reward_to_go"].tolist() == [[1, 1, 0], [2, 0, 0], [3, 3, 3], [3, 2, 1]]
     assert got["group_mean"].tolist() == [[-0.5, -0.5, 0], [0.5, 0.5, 0.5], [0, 0, 0], [0, 0, 0]]
-    with pytest.raises(ValueError, match="unknown estimator"):
-        estimate_advantages(rewards, mask, dataclasses.replace(config, estimator="vtrace"))
+    with pytest.raises(ValueError, match="unknown estimator 'vtrace'"):
+        dataclasses.replace(config, estimator="vtrace")

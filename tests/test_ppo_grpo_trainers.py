@@ -1,5 +1,5 @@
-"""The PPO and GRPO trainers: their pieces by hand, that they learn, that each switch acts, and
-that they stop loudly on NaN."""
+"""The PPO and GRPO trainers: their pieces by hand, that they learn, and that each switch acts
+(what all trainers share, reward functions and the NaN guard included: test_training.py)."""
 import dataclasses
 
 import pytest
@@ -37,8 +37,8 @@ def test_group_advantages_and_the_zero_advantage_share():
     assert zero_advantage_fraction(rewards, 4) == 0.5
     loo = group_advantages(rewards, dataclasses.replace(config, advantage="leave_one_out"))
     assert loo[:4].tolist() == pytest.approx([2 / 3, -2 / 3, 2 / 3, -2 / 3])
-    with pytest.raises(ValueError, match="unknown advantage"):
-        group_advantages(rewards, dataclasses.replace(config, advantage="vtrace"))
+    with pytest.raises(ValueError, match="unknown advantage 'vtrace'"):
+        dataclasses.replace(config, advantage="vtrace")
 
 
 def test_rollout_select_keeps_rows_aligned():
@@ -53,12 +53,12 @@ def test_rollout_select_keeps_rows_aligned():
 @pytest.mark.slow
 def test_ppo_raises_gold_and_records_its_diagnostics():
     task = tasks.reviews_task("negative")
-    history = train_ppo(minirl.load_model("base"), task, PPOConfig(steps=6, prompts_per_step=8, group_size=2))
+    history = train_ppo(minirl.load_model("base"), task, PPOConfig(steps=10, prompts_per_step=8, group_size=2))
     first, last = history[0]["gold_positive"], sum(h["gold_positive"] for h in history[-2:]) / 2
-    assert last > first + 0.2  # measured: 0.06 -> 0.47 at one thread
+    assert last > first + 0.2  # measured: 0.06 -> 0.41 at 1 and 2 threads; the rise is 0.34-0.50 over seeds 0-3
     expected = {"reward", "kl", "entropy", "clip_fraction", "approx_kl", "value_loss", "explained_variance", "length", "gold"}
     assert expected <= set(history[0])
-    assert history[-1]["explained_variance"] > history[0]["explained_variance"]
+    assert history[-1]["explained_variance"] > history[0]["explained_variance"]  # seed 0: 0.00 -> 0.15 (1 thread), 0.21 (2)
 
 
 @pytest.mark.slow
@@ -82,12 +82,3 @@ def test_grpo_raises_arithmetic_accuracy():
     assert history[-1]["clip_fraction"] > 0  # the second inner step moves the ratio off 1
     expected = {"reward", "kl", "entropy", "clip_fraction", "length", "zero_adv_groups", "loss_first", "step_time"}
     assert expected <= set(history[0])
-
-
-@pytest.mark.parametrize("train, config", [(train_ppo, PPOConfig(steps=2, prompts_per_step=2, group_size=2)),
-                                           (train_grpo, GRPOConfig(steps=2, prompts_per_step=2, group_size=2))])
-def test_nan_rewards_stop_training_with_a_clear_message(train, config):
-    task = tasks.arithmetic_task()
-    bad = dataclasses.replace(task, token_rewards=lambda rollout, enc: torch.full_like(rollout.logprobs, float("nan")))
-    with pytest.raises(FloatingPointError, match="loss is nan"):
-        train(minirl.load_model("base"), bad, config)

@@ -26,29 +26,29 @@ REWARDS = [0.0, 1.0, 2.0, 5.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
 LOSS_TYPES = [("sequence_mean", "grpo"), ("token_mean", "bnpo"), ("token_mean", "dapo"), ("constant", "dr_grpo")]
 
 
-def build(kind, **config):
+def build(kind, workdir, **config):
     torch.manual_seed(0)
     hf = to_hf_gpt2(GPT(GPTConfig(vocab_size=VOCAB, n_ctx=32, n_embd=32, n_layer=2, n_head=2)))
 
     def reward_fn(prompts, completions, **kwargs):
         return REWARDS[: len(completions)]
     prompts = random_prompts(PROMPTS, 5, VOCAB)
-    tr = trainer(kind, hf, word_tokenizer(VOCAB), prompts, reward_fn, num_generations=G, batch_size=G * PROMPTS,
+    tr = trainer(kind, hf, word_tokenizer(VOCAB), prompts, reward_fn, workdir, num_generations=G, batch_size=G * PROMPTS,
                  max_completion_length=NEW, **config)
     batch = tr._generate_and_score_completions([{"prompt": p} for p in prompts for _ in range(G)])
     return tr, batch
 
 
 @pytest.mark.parametrize("scale", [True, False])
-def test_group_normalize_matches_trl(scale):
-    _, batch = build("grpo", beta=0.0, scale_rewards="group" if scale else "none")
+def test_group_normalize_matches_trl(scale, tmp_path):
+    _, batch = build("grpo", tmp_path, beta=0.0, scale_rewards="group" if scale else "none")
     ours = advantages.group_normalize(torch.tensor(REWARDS), G, scale=scale)
     assert torch.allclose(batch["advantages"], ours, atol=1e-6)
     assert ours[4:8].eq(0).all()
 
 
-def test_leave_one_out_matches_trl_rloo():
-    _, batch = build("rloo", beta=0.0, normalize_advantages=False)
+def test_leave_one_out_matches_trl_rloo(tmp_path):
+    _, batch = build("rloo", tmp_path, beta=0.0, normalize_advantages=False)
     assert torch.allclose(batch["advantages"], advantages.leave_one_out(torch.tensor(REWARDS), G), atol=1e-6)
 
 
@@ -63,11 +63,11 @@ def hf_completion_logprobs(model, batch):
 
 @pytest.mark.parametrize("kl_ratio_weight", [False, True])
 @pytest.mark.parametrize("aggregation, loss_type", LOSS_TYPES)
-def test_grpo_loss_matches_trl(aggregation, loss_type, kl_ratio_weight):
+def test_grpo_loss_matches_trl(aggregation, loss_type, kl_ratio_weight, tmp_path):
     """Same batch, same old and reference log-probs (perturbed so the clip and the KL both act),
     same advantages: TRL's loss value and parameter gradients equal ours. TRL's
     use_bias_correction_kl (default True) is our kl_ratio_weight (default False, as in the paper)."""
-    tr, batch = build("grpo", beta=0.04, loss_type=loss_type, epsilon=0.2,
+    tr, batch = build("grpo", tmp_path, beta=0.04, loss_type=loss_type, epsilon=0.2,
                       use_bias_correction_kl=kl_ratio_weight)
     model = tr.model.train()
     assert batch["prompt_mask"].all(), "equal-length prompts: no left padding, so positions agree trivially"

@@ -6,7 +6,7 @@ datasets are imported lazily so that importing this module never needs them.
 """
 from __future__ import annotations
 
-import tempfile
+from pathlib import Path
 
 import torch
 
@@ -30,22 +30,22 @@ def random_prompts(n: int, length: int, vocab_size: int, seed: int = 0) -> list[
     return [" ".join(f"w{i}" for i in row) for row in ids.tolist()]
 
 
-def trainer(kind: str, model, tokenizer, prompts: list[str], reward_fn, *, num_generations: int, batch_size: int,
-            max_completion_length: int, beta: float, **config):
+def trainer(kind: str, model, tokenizer, prompts: list[str], reward_fn, workdir: Path, *, num_generations: int,
+            batch_size: int, max_completion_length: int, beta: float, **config):
     """TRL's GRPOTrainer (kind 'grpo') or RLOOTrainer ('rloo') on CPU, nothing logged or saved;
-    `config` goes to the trainer's config. The model is saved to a temporary folder first: TRL
-    builds its reference model from the policy's path."""
+    `config` goes to the trainer's config. The model is saved under `workdir` first (TRL builds
+    its reference model from the policy's path); the caller owns and removes the folder."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
     Config, Trainer = {"grpo": (GRPOConfig, GRPOTrainer), "rloo": (RLOOConfig, RLOOTrainer)}[kind]
-    path = tempfile.mkdtemp(prefix="trl-model-")
+    path = Path(workdir) / "model"
     model.save_pretrained(path)
     args = Config(
-        output_dir=tempfile.mkdtemp(prefix="trl-"), use_cpu=True, report_to=[], save_strategy="no",
+        output_dir=str(Path(workdir) / "output"), use_cpu=True, report_to=[], save_strategy="no",
         logging_strategy="no", per_device_train_batch_size=batch_size, num_generations=num_generations,
         max_completion_length=max_completion_length, beta=beta, temperature=1.0, bf16=False, fp16=False,
         dataloader_num_workers=0, disable_tqdm=True, seed=0, **config,
     )
-    return Trainer(model=path, reward_funcs=reward_fn, args=args, train_dataset=Dataset.from_dict({"prompt": prompts}),
+    return Trainer(model=str(path), reward_funcs=reward_fn, args=args, train_dataset=Dataset.from_dict({"prompt": prompts}),
                    processing_class=tokenizer)

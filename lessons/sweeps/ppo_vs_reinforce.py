@@ -48,7 +48,7 @@ def run(name: str, beta: float, seed: int) -> dict:
     task = reviews_task("negative")
     policy, base = minirl.load_model("base"), minirl.load_model("base")
     if name == "reinforce":
-        history = train_policy_gradient(policy, task, dataclasses.replace(REINFORCE, kl_coef=beta, seed=seed))
+        history = train_policy_gradient(policy, task, dataclasses.replace(REINFORCE, beta=beta, seed=seed))
     else:
         history = train_ppo(policy, task, dataclasses.replace(RUNS[name], beta=beta, seed=seed))
     report = heldout_report(policy, task, reference=base)

@@ -1,0 +1,102 @@
+"""Argument checks for the public entry points: each raises a clear error that names the argument,
+what was wrong with it and what to pass instead, before torch meets the value deep inside a call.
+
+Tensor checks (shapes, masks, dtypes) live with the tensor functions in `minirl.ops`.
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+
+
+def integer(name: str, value, minimum: int = 1) -> int:
+    """`value` as an int (Python and NumPy integers accepted), after checking it is >= minimum."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
+    if v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    return v
+
+
+def number(name: str, value, low: float = -math.inf, high: float = math.inf, *, open_low: bool = False,
+           finite: bool = True) -> float:
+    """`value` as a float in [low, high] (or (low, high] with open_low), finite unless finite=False."""
+    try:
+        if isinstance(value, (bool, str)):
+            raise TypeError
+        v = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})") from None
+    inside = (low < v if open_low else low <= v) and v <= high
+    if not inside or (finite and not math.isfinite(v)):
+        if math.isinf(high):
+            where = f"{'>' if open_low else '>='} {low:g}"
+        else:
+            where = f"in {'(' if open_low else '['}{low:g}, {high:g}]"
+        raise ValueError(f"{name} must be a{' finite' if finite else ''} number {where}, got {value!r}")
+    return v
+
+
+def choice(name: str, value, options) -> None:
+    """Check `value` is one of `options` (a name, such as an estimator or an aggregation)."""
+    if value not in options:
+        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, options))}")
+
+
+def token_ids(name: str, ids, vocab_size: int) -> None:
+    """Check token ids (an integer tensor, or a list of ints) lie inside a vocabulary of
+    `vocab_size`; a tensor is read back once (its min and max together)."""
+    if isinstance(ids, torch.Tensor):
+        if ids.is_floating_point():
+            raise TypeError(f"{name} must be integer token ids, got {ids.dtype}")
+        lo, hi = torch.stack(torch.aminmax(ids)).tolist() if ids.numel() else (0, 0)
+    else:
+        lo, hi = (min(ids), max(ids)) if len(ids) else (0, 0)
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(f"{name} must lie in [0, {vocab_size}), the vocabulary; got ids from {lo} to {hi} (encoded "
+                         "with another tokenizer? minirl marks tokens to ignore with a 0/1 mask, not with -100)")
+
+
+def resolve_device(device) -> torch.device:
+    """`device` ('cpu', 'cuda', 'cuda:1', 'mps' or a torch.device) after checking this machine has it."""
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; use 'cpu', 'cuda' (or 'cuda:N') or 'mps'") from None
+    if d.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: CUDA is not available on this machine (this torch "
+                             f"{torch.__version__} is {'built with' if torch.backends.cuda.is_built() else 'a CPU-only build, without'} "
+                             "CUDA); use device='cpu'")
+        if d.index is not None and d.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                             f"numbered from 0")
+    elif d.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"device {device!r}: MPS (Apple GPUs) is not available on this machine; use device='cpu'")
+    elif d.type != "cpu":
+        raise ValueError(f"device {device!r}: minirl runs on 'cpu', 'cuda' and 'mps'")
+    return d
+
+
+def generator_type(gen) -> None:
+    """Check `gen` is None or a torch.Generator (not a seed, nor NumPy's or Python's RNG)."""
+    if gen is not None and not isinstance(gen, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, e.g. torch.Generator().manual_seed(0); "
+                        f"got {type(gen).__name__}")
+
+
+def generator_for(gen, device: torch.device) -> None:
+    """Check a sampling generator: a torch.Generator on the CPU (it then serves any device: its
+    numbers are drawn on the CPU and moved) or on `device` itself."""
+    generator_type(gen)
+    same = gen is not None and gen.device.type == device.type and (gen.device.index or 0) == (device.index or 0)
+    if gen is not None and gen.device.type != "cpu" and not same:
+        raise ValueError(f"the generator lives on {gen.device} but the model on {device}; pass a CPU "
+                         "generator (torch.Generator(), which serves every device) or one on the model's device")
