@@ -9,7 +9,9 @@ off (MINIRL_PROGRESS=0), stores the outputs in place, and prints each lesson's r
 `student` copies every lesson with each solution block, the lines from `### BEGIN SOLUTION` to
 `### END SOLUTION`, replaced by `raise NotImplementedError(...)` at the same indentation, and all
 outputs cleared. Solutions live only inside function bodies, so the student version still runs
-end to end: the checkers print FAIL and the experiments use minirl's own functions.
+end to end: the checkers print FAIL and the experiments use minirl's own functions. In Markdown
+cells, the text between `<!-- BEGIN ANSWER -->` and `<!-- END ANSWER -->` (a hunt-the-bug answer)
+is replaced by a line saying the answer is left out, so students find the bug by its numbers.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ import nbformat
 LESSONS = Path(__file__).resolve().parent.parent / "lessons"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = 'raise NotImplementedError("exercise: write your solution here")'
+BEGIN_ANSWER, END_ANSWER = "<!-- BEGIN ANSWER -->", "<!-- END ANSWER -->"
+ANSWER_STUB = "*(The answer is left out of the student version: find the bug by its numbers.)*"
 
 
 def lesson_paths(paths: list[str]) -> list[Path]:
@@ -37,13 +41,22 @@ def strip_solutions(source: str) -> str:
     return pattern.sub(lambda m: f"{m.group(1)}{STUB}\n", source)
 
 
+def strip_answers(source: str) -> str:
+    """Replace each answer block of a Markdown cell (markers included) with ANSWER_STUB."""
+    pattern = re.compile(rf"{re.escape(BEGIN_ANSWER)}.*?{re.escape(END_ANSWER)}", re.S)
+    return pattern.sub(ANSWER_STUB, source)
+
+
 def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     for cell in nb.cells:
+        begin, end = (BEGIN, END) if cell.cell_type == "code" else (BEGIN_ANSWER, END_ANSWER)
+        if cell.source.count(begin) != cell.source.count(end):
+            raise ValueError(f"cell has unbalanced {begin!r} / {end!r} markers:\n{cell.source[:200]}")
         if cell.cell_type == "code":
-            if BEGIN in cell.source and END not in cell.source:
-                raise ValueError(f"cell has {BEGIN!r} without {END!r}:\n{cell.source[:200]}")
             cell.source = strip_solutions(cell.source)
             cell.outputs, cell.execution_count = [], None
+        elif cell.cell_type == "markdown":
+            cell.source = strip_answers(cell.source)
     return nb
 
 
@@ -65,8 +78,18 @@ def execute(path: Path, timeout: int = 600) -> float:
     NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     seconds = time.time() - start
     strip_widgets(nb)
+    nb.metadata.kernelspec = kernelspec()
     nbformat.write(nb, path)
     return seconds
+
+
+def kernelspec(name: str = "python3") -> dict:
+    """The kernelspec metadata JupyterLab writes for this environment's kernel: stored as is, a
+    freshly opened lesson is not marked modified by JupyterLab rewriting it."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec(name)
+    return {"display_name": spec.display_name, "language": spec.language, "name": name}
 
 
 def main() -> None:

@@ -15,11 +15,24 @@ each prompt, so J(theta), V, Q and the policy gradient are exact.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import torch
 
 from . import micro, validate
 from .ops import check_float
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """Every (prompt, completion) of the micro world as padded tensors, for exact sums in one pass:
+    N = n_prompts * n_completions rows, prompt by prompt in the order of `MicroMDP.completions`;
+    K = the horizon."""
+    prompt: torch.Tensor  # (N,) index into MicroMDP.prompts
+    states: torch.Tensor  # (N, K) state index of step t (0 on padding)
+    actions: torch.Tensor  # (N, K) action index of step t (0 on padding)
+    mask: torch.Tensor  # (N, K) float64: 1 on the episode's steps
+    rewards: torch.Tensor  # (N, K) float64: r(s_t, a_t), the terminal reward included on the last step
 
 
 class MicroMDP:
@@ -33,6 +46,18 @@ class MicroMDP:
         self.state_index = {s: i for i, s in enumerate(self.states)}
         self.completions = micro.completions(self.horizon)
         self._episodes = set(self.completions)
+        self.table = self._episode_table()
+
+    def _episode_table(self) -> Episodes:
+        rows = [(i, p, c) for i, p in enumerate(self.prompts) for c in self.completions]
+        shape = (len(rows), self.horizon)
+        states, actions = torch.zeros(shape, dtype=torch.long), torch.zeros(shape, dtype=torch.long)
+        mask, rewards = torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64)
+        for n, (_, p, c) in enumerate(rows):
+            for t, (s, a) in enumerate(self.steps(p, c)):
+                states[n, t], actions[n, t], mask[n, t] = s, a, 1.0
+            rewards[n, : len(c)] = torch.tensor(micro.step_rewards(p, c), dtype=torch.float64)
+        return Episodes(torch.tensor([i for i, _, _ in rows]), states, actions, mask, rewards)
 
     def check_logits(self, logits: torch.Tensor) -> None:
         """A tabular policy: a float tensor of shape (n_states, n_actions)."""
@@ -95,6 +120,25 @@ class MicroMDP:
         """J(theta) = mean over prompts of sum_tau pi(tau) R(tau); differentiable in `logits`."""
         per_prompt = [(self.completion_probs(logits, p) * self.returns(p).to(logits.dtype)).sum() for p in self.prompts]
         return torch.stack(per_prompt).mean()
+
+    def episode_log_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """(N,) log pi(tau | prompt) of every episode of `self.table`, in one pass."""
+        self.check_logits(logits)
+        t = self.table
+        return (torch.log_softmax(logits, dim=-1)[t.states, t.actions] * t.mask).sum(dim=1)
+
+    def weighted_scores(self, logits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """(N, n_states, n_actions): sum_t weights[:, t] grad_theta log pi(a_t | s_t) for every episode
+        of `self.table`; weights (N, K) (a return on every step, reward-to-go, an advantage ...)."""
+        self.check_logits(logits)
+        t, pi = self.table, torch.softmax(logits.detach(), dim=-1)
+        rows = torch.arange(t.states.size(0))
+        out = torch.zeros(rows.numel(), *self.shape, dtype=pi.dtype)
+        for k in range(self.horizon):
+            g = -pi[t.states[:, k]]  # (N, A): grad log pi(a | s) = onehot(a) - pi(. | s) on row s
+            g[rows, t.actions[:, k]] += 1.0
+            out[rows, t.states[:, k]] += (weights[:, k] * t.mask[:, k])[:, None] * g
+        return out
 
     # ------------------------------------------------------------ the exact gradient
     def score(self, logits: torch.Tensor, prompt: str, completion: tuple[str, ...]) -> torch.Tensor:

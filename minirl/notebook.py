@@ -2,13 +2,14 @@
 
 Stored outputs must re-run identically on another machine and at another thread count, so the
 setup fixes everything that would otherwise leak into them: seeds, print precision, warnings,
-figure format (PNG: SVG carries random ids), and progress bars (shown live in Jupyter, switched
-off by MINIRL_PROGRESS=0, which the headless refresh and CI set).
+figure format (PNG: SVG carries random ids), and progress bars (shown live in Jupyter and emptied
+when done, switched off by MINIRL_PROGRESS=0, which the headless refresh and CI set).
 """
 from __future__ import annotations
 
 import os
 import random
+import time
 import warnings
 
 import numpy as np
@@ -19,11 +20,55 @@ def progress_enabled() -> bool:
     return os.environ.get("MINIRL_PROGRESS", "1") != "0"
 
 
-def progress(iterable, **kwargs):
-    """A tqdm progress bar (a widget in Jupyter) that leaves nothing behind when done."""
-    from tqdm.auto import tqdm
+def in_jupyter() -> bool:
+    """Running inside a Jupyter kernel (not a terminal, not a script)?"""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and "IPKernelApp" in shell.config
 
-    return tqdm(iterable, leave=False, disable=not progress_enabled(), **kwargs)
+
+def progress(iterable, desc: str = ""):
+    """Iterate with a progress bar that leaves nothing behind once the loop ends: in Jupyter, an
+    HTML bar updated in place and emptied at the end (a tqdm widget would be saved into the
+    notebook and read "model not found" when the student reopens it); elsewhere tqdm's text bar,
+    cleared at the end. MINIRL_PROGRESS=0 turns both off."""
+    if not progress_enabled():
+        yield from iterable
+    elif in_jupyter():
+        yield from html_progress(iterable, desc)
+    else:
+        from tqdm import tqdm
+
+        yield from tqdm(iterable, desc=desc, leave=False)
+
+
+def html_progress(iterable, desc: str):
+    """`progress` in Jupyter: one display, updated at most five times a second, then emptied."""
+    from IPython.display import display
+
+    total = len(iterable) if hasattr(iterable, "__len__") else None
+    handle = display({"text/plain": ""}, raw=True, display_id=True)
+    start = shown = time.perf_counter()
+    try:
+        for i, item in enumerate(iterable):
+            now = time.perf_counter()
+            if i == 0 or now - shown > 0.2:
+                handle.update({"text/html": bar_html(desc, i, total, now - start)}, raw=True)
+                shown = now
+            yield item
+    finally:
+        handle.update({"text/plain": ""}, raw=True)
+
+
+def bar_html(desc: str, done: int, total: int | None, seconds: float) -> str:
+    """A progress element and a line of text: '<desc> 12/40, 3 s so far, about 7 s left'."""
+    left = f", about {seconds / done * (total - done):.0f} s left" if done and total else ""
+    count = f"{done}/{total}" if total else f"{done}"
+    bar = f'<progress value="{done}" max="{total}" style="width: 16em"></progress> ' if total else ""
+    return f"{bar}<code>{desc} {count}, {seconds:.0f} s so far{left}</code>"
 
 
 def setup(seed: int = 0) -> None:

@@ -103,6 +103,7 @@ def train_policy_gradient(policy: GPT, task: Task, config: PGConfig, tokenizer=N
             kl = kl_k1(logprobs.detach(), completion_logprobs(reference, rollout)) * mask
         rewards = task_rewards - config.beta * kl
         metrics = {"step": step, "reward": task_rewards.sum(1).mean().item(), "kl": kl.sum(1).mean().item(),
+                   "kl_std": kl.sum(1).std().item(),  # spread of the per-completion estimates behind "kl"
                    "entropy": masked_mean(entropy_from_logits(logits.detach()), mask).item(),
                    "length": mask.sum(1).mean().item(), "truncated": rollout.truncated.float().mean().item(),
                    **task.gold(rollout)}

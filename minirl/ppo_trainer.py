@@ -13,7 +13,8 @@ Each step:
        against pi_old, and the value loss with value clipping against the collection-time values
 
 Each implementation detail has a switch, so a lesson can turn one off at a time: `clip` (off: the
-plain importance-weighted surrogate), `value_clip` (None: no value clipping), `whiten` (raw GAE
+plain importance-weighted surrogate), `target_kl` (on: early stopping of a batch's epochs),
+`value_clip` (None: no value clipping), `whiten` (raw GAE
 advantages), `epochs` (1: one pass over the batch, still in `minibatches` steps; with one
 minibatch too, the single step sees ratio 1 and PPO reduces to a policy-gradient step). The
 critic is a separate copy of the starting model with a zero-initialised value head (initialising
@@ -21,6 +22,7 @@ it from a reward model is lesson 08's).
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -54,6 +56,7 @@ class PPOConfig:
     minibatches: int = 4
     clip: bool = True
     clip_eps: float = 0.2
+    target_kl: float | None = None  # stop a batch's epochs once approx KL(old || new) on a minibatch exceeds it
     value_clip: float | None = 0.2
     whiten: bool = True
     max_grad_norm: float = 1.0
@@ -67,6 +70,8 @@ class PPOConfig:
         validate.integer("epochs", self.epochs)
         validate.integer("minibatches", self.minibatches)
         validate.number("clip_eps", self.clip_eps, 0.0)
+        if self.target_kl is not None:
+            validate.number("target_kl", self.target_kl, 0.0, open_low=True)
         if self.value_clip is not None:
             validate.number("value_clip", self.value_clip, 0.0)
         batch = self.prompts_per_step * self.group_size
@@ -121,26 +126,33 @@ class PPO:
                 "kl": masked_sum(kl_k1(rollout.logprobs, ref_logprobs), mask, dim=1)}
 
     def update(self, rollout: Rollout, batch: dict[str, torch.Tensor], step: int) -> dict[str, float]:
-        """`epochs` passes of `minibatches` shuffled minibatches; returns the mean diagnostics."""
+        """`epochs` passes of `minibatches` shuffled minibatches; returns the mean diagnostics and
+        `updates`, the number of minibatch steps taken. With `target_kl`, the batch is dropped as
+        soon as a minibatch's approximate KL(pi_old || pi_theta), measured before its step, exceeds
+        it (early stopping). On a fresh batch the first minibatch steps for any target above
+        rounding (its ratio is 1, its approximate KL about 1e-8); a batch updated before (lesson 05
+        calls this epoch by epoch) may take no step, and then the diagnostics are NaN."""
         c = self.config
         B = rollout.tokens.size(0)
         stats = {"clip_fraction": [], "approx_kl": [], "value_loss": []}
-        for _ in range(c.epochs):
-            for rows in torch.randperm(B, generator=self.shuffle).chunk(c.minibatches):
-                mb = rollout.select(rows)
-                logprobs = token_logprobs(completion_logits(self.policy, mb), mb.tokens)
-                loss, diag = ppo_clip_loss(logprobs, mb.logprobs, batch["advantages"][rows], mb.mask,
-                                           clip_eps=c.clip_eps if c.clip else math.inf)
-                check_finite(loss, step, "policy loss")
-                optimizer_step(self.opt, list(self.policy.parameters()), loss, c.max_grad_norm)
-                values = completion_values(*self.critic, mb)
-                v_loss = value_loss(values, batch["returns"][rows], mb.mask, old_values=batch["values"][rows],
-                                    clip_range=c.value_clip)
-                check_finite(v_loss, step, "value loss")
-                optimizer_step(self.critic_opt, self.critic_params, v_loss, c.max_grad_norm)
-                for k, v in (*diag.items(), ("value_loss", v_loss.item())):
-                    stats[k].append(v)
-        return {k: sum(v) / len(v) for k, v in stats.items()}
+        epochs = (torch.randperm(B, generator=self.shuffle).chunk(c.minibatches) for _ in range(c.epochs))
+        for rows in itertools.chain.from_iterable(epochs):
+            mb = rollout.select(rows)
+            logprobs = token_logprobs(completion_logits(self.policy, mb), mb.tokens)
+            loss, diag = ppo_clip_loss(logprobs, mb.logprobs, batch["advantages"][rows], mb.mask,
+                                       clip_eps=c.clip_eps if c.clip else math.inf)
+            if c.target_kl is not None and diag["approx_kl"] > c.target_kl:
+                break
+            check_finite(loss, step, "policy loss")
+            optimizer_step(self.opt, list(self.policy.parameters()), loss, c.max_grad_norm)
+            values = completion_values(*self.critic, mb)
+            v_loss = value_loss(values, batch["returns"][rows], mb.mask, old_values=batch["values"][rows],
+                                clip_range=c.value_clip)
+            check_finite(v_loss, step, "value loss")
+            optimizer_step(self.critic_opt, self.critic_params, v_loss, c.max_grad_norm)
+            for k, v in (*diag.items(), ("value_loss", v_loss.item())):
+                stats[k].append(v)
+        return {"updates": len(stats["value_loss"]), **{k: sum(v) / len(v) if v else math.nan for k, v in stats.items()}}
 
 
 def train_ppo(policy: GPT, task: Task, config: PPOConfig, tokenizer=None, reward_fn: RewardFn | None = None) -> list[dict]:
@@ -159,6 +171,7 @@ def train_ppo(policy: GPT, task: Task, config: PPOConfig, tokenizer=None, reward
         with torch.no_grad():
             entropy = masked_mean(entropy_from_logits(completion_logits(policy, rollout)), mask).item()
         metrics = {"step": step, "reward": score.mean().item(), "kl": batch["kl"].mean().item(),
+                   "kl_std": batch["kl"].std().item(),  # spread of the per-completion estimates behind "kl"
                    "total_reward": batch["rewards"].sum(1).mean().item(), "entropy": entropy,
                    "length": mask.sum(1).mean().item(), "truncated": rollout.truncated.float().mean().item(),
                    "explained_variance": explained_variance(batch["values"], batch["returns"], mask), **task.gold(rollout)}

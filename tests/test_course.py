@@ -24,8 +24,19 @@ def test_strip_solutions_keeps_indentation_and_the_rest():
 
 def test_unbalanced_markers_are_an_error():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("### BEGIN SOLUTION\nx = 1")])
-    with pytest.raises(ValueError, match="without"):
+    with pytest.raises(ValueError, match="unbalanced"):
         course.student_version(nb)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"{course.BEGIN_ANSWER} the bug")])
+    with pytest.raises(ValueError, match="unbalanced"):
+        course.student_version(nb)
+
+
+def test_hunt_the_bug_answers_are_left_out_of_student_versions():
+    text = f"Find the bug.\n\n{course.BEGIN_ANSWER}\n*Answer:* the view is transposed.\n{course.END_ANSWER}\n\nNext."
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
+    out = course.student_version(nb).cells[0].source
+    assert "transposed" not in out and course.ANSWER_STUB in out
+    assert out.startswith("Find the bug.") and out.endswith("Next.")
 
 
 def test_every_lesson_has_solutions_to_strip():

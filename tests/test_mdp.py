@@ -127,3 +127,19 @@ def test_kl_regularized_optimum_in_closed_form():
     for _ in range(5):
         other = star + 0.3 * torch.randn(mdp.shape, generator=g, dtype=torch.float64)
         assert mdp.regularized_objective(other, ref, beta).item() < best
+
+
+def test_the_episode_table_gives_the_loops_log_probs_scores_and_gradient(logits):
+    """episode_log_probs and weighted_scores, one pass over all 80 episodes, equal the per-episode
+    loops; with R(tau) on every step the probability-weighted scores sum to the exact gradient."""
+    mdp = MicroMDP()
+    episodes = [(p, c) for p in mdp.prompts for c in mdp.completions]
+    loop = torch.stack([mdp.log_prob(logits, p, c) for p, c in episodes])
+    assert torch.allclose(mdp.episode_log_probs(logits), loop, atol=1e-12)
+    t = mdp.table
+    ones = mdp.weighted_scores(logits, torch.ones_like(t.mask))
+    assert torch.allclose(ones, torch.stack([mdp.score(logits, p, c) for p, c in episodes]), atol=1e-12)
+    returns = (t.rewards * t.mask).sum(1, keepdim=True).expand_as(t.mask)
+    probs = mdp.episode_log_probs(logits).exp() / len(mdp.prompts)
+    grad = (probs[:, None, None] * mdp.weighted_scores(logits, returns)).sum(0)
+    assert torch.allclose(grad, mdp.exact_gradient(logits), atol=1e-12)

@@ -1,6 +1,7 @@
 """The PPO and GRPO trainers: their pieces by hand, that they learn, and that each switch acts
 (what all trainers share, reward functions and the NaN guard included: test_training.py)."""
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ import torch
 import minirl
 from minirl import tasks
 from minirl.grpo_trainer import GRPOConfig, group_advantages, train_grpo, zero_advantage_fraction
-from minirl.ppo_trainer import PPOConfig, explained_variance, rlhf_rewards, train_ppo
+from minirl.ppo_trainer import PPO, PPOConfig, explained_variance, rlhf_rewards, train_ppo
 
 
 def test_rlhf_rewards_put_the_score_at_the_last_action_token():
@@ -59,6 +60,33 @@ def test_ppo_raises_gold_and_records_its_diagnostics():
     expected = {"reward", "kl", "entropy", "clip_fraction", "approx_kl", "value_loss", "explained_variance", "length", "gold"}
     assert expected <= set(history[0])
     assert history[-1]["explained_variance"] > history[0]["explained_variance"]  # seed 0: 0.00 -> 0.15 (1 thread), 0.21 (2)
+
+
+def test_target_kl_stops_a_batchs_epochs_early():
+    """3 epochs of 2 minibatches take 6 steps; with a target KL of 1e-5 only the first minibatch
+    steps: its ratio is 1 up to rounding (approximate KL about 1e-8), and after one step at this
+    learning rate the next minibatch reads more than the target."""
+    task = tasks.arithmetic_task()
+    config = PPOConfig(steps=1, prompts_per_step=2, group_size=2, epochs=3, minibatches=2, lr=1e-3)
+    assert train_ppo(minirl.load_model("base"), task, config)[0]["updates"] == 6
+    for seed in range(3):
+        stopped = train_ppo(minirl.load_model("base"), task, dataclasses.replace(config, target_kl=1e-5, seed=seed))[0]
+        assert stopped["updates"] == 1 and abs(stopped["approx_kl"]) < 1e-6
+
+
+def test_target_kl_on_an_updated_batch_takes_no_step():
+    """A second pass over a batch the policy has already moved on: the first minibatch's approximate
+    KL is past the target, so nothing steps and the diagnostics are NaN, not a division by zero."""
+    task = tasks.arithmetic_task()
+    policy = minirl.load_model("base")
+    ppo = PPO(policy, PPOConfig(prompts_per_step=2, group_size=2, epochs=1, minibatches=1, lr=1e-3))
+    rollout = minirl.sample(policy, task.train_prompts[:2], max_new_tokens=task.max_new_tokens, group_size=2,
+                            generator=torch.Generator().manual_seed(0))
+    batch = ppo.score_batch(rollout, torch.tensor(minirl.rewards.arithmetic_reward(rollout.prompts, rollout.texts)))
+    assert ppo.update(rollout, batch, step=0)["updates"] == 1
+    ppo.config = dataclasses.replace(ppo.config, target_kl=1e-5)
+    again = ppo.update(rollout, batch, step=0)
+    assert again["updates"] == 0 and math.isnan(again["approx_kl"])
 
 
 @pytest.mark.slow
