@@ -4,14 +4,18 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: course test install unit slow lessons student refresh benchmark
+.PHONY: course test install unit slow lessons browser site student refresh benchmark
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+# jupyterlab/overrides.json: JupyterLab defaults for the course's environment (widget state saved
+# with the notebook, so a reopened lesson shows its sliders' last frame instead of "model not found")
+$(VENV)/.installed: pyproject.toml constraints.txt jupyterlab/overrides.json
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e ".[dev]"
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	cp jupyterlab/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $@
 
 # JupyterLab refuses to start as root (common in containers) unless told it may
@@ -19,17 +23,25 @@ course: install
 	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) lessons/00_welcome.ipynb
 
 # fast unit tests, then the slow ones (training runs, student notebooks), then every lesson under
-# nbval at one thread (as instructors run them); each stage on both cores
-test: unit slow lessons
+# nbval at one thread (as instructors run them), each stage on both cores; then the course in a
+# real browser: JupyterLab and the static site in headless Chromium (skipped without Chromium)
+test: unit slow lessons browser
 
 unit: install
-	$(BIN)/python -m pytest -n 2 -m "not slow" tests
+	$(BIN)/python -m pytest -n 2 -m "not slow and not browser" tests
 
 slow: install
 	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 -m slow tests
 
 lessons: install
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadfile --nbval lessons
+
+browser: install
+	$(BIN)/python -m pytest -m browser tests
+
+# the stored lessons as a static HTML site in site/ (math typeset offline; open site/index.html)
+site: install
+	$(BIN)/python -m minirl.site --out site
 
 student: install
 	$(BIN)/python -m minirl.course student --out student

@@ -241,6 +241,23 @@ class MicroMDP:
             episodes.append((prompt, prefix))
         return episodes
 
+    def monte_carlo_values(self, logits: torch.Tensor, episodes: int,
+                           generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A learned critic whose truth is known: V_hat(s) = the mean discounted return-to-go seen
+        from s over `episodes` sampled episodes, and how many returns each mean averages. A state
+        never visited gets V_hat = 0. Both (n_states,)."""
+        totals = torch.zeros(len(self.states), dtype=torch.float64)
+        visits = torch.zeros(len(self.states), dtype=torch.float64)
+        for prompt, completion in self.sample(logits, episodes, generator):
+            rewards = micro.step_rewards(prompt, completion)
+            to_go = 0.0
+            for t in reversed(range(len(completion))):
+                to_go = rewards[t] + self.gamma * to_go
+                s = self.state_index[(prompt, completion[:t])]
+                totals[s] += to_go
+                visits[s] += 1
+        return totals / visits.clamp(min=1), visits
+
 
 def bias_and_variance(terms: torch.Tensor, probs: torch.Tensor, exact: torch.Tensor) -> tuple[float, float]:
     """Exact bias |E g - exact| and variance E |g - E g|^2 of an estimator g that takes the value

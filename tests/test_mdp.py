@@ -143,3 +143,21 @@ def test_the_episode_table_gives_the_loops_log_probs_scores_and_gradient(logits)
     probs = mdp.episode_log_probs(logits).exp() / len(mdp.prompts)
     grad = (probs[:, None, None] * mdp.weighted_scores(logits, returns)).sum(0)
     assert torch.allclose(grad, mdp.exact_gradient(logits), atol=1e-12)
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.8])
+def test_monte_carlo_values_are_the_mean_return_seen_and_converge_to_exact_v(logits, gamma):
+    mdp = MicroMDP(gamma)
+    v_hat, visits = mdp.monte_carlo_values(logits, 40, torch.Generator().manual_seed(2))
+    seen = {}  # a plain second implementation: forward sums of the discounted rewards after t
+    for p, c in mdp.sample(logits, 40, torch.Generator().manual_seed(2)):
+        rs = micro.step_rewards(p, c)
+        for t in range(len(c)):
+            seen.setdefault(mdp.state_index[(p, c[:t])], []).append(sum(gamma ** k * r for k, r in enumerate(rs[t:])))
+    for s in range(len(mdp.states)):
+        returns = seen.get(s, [])
+        assert visits[s] == len(returns)
+        assert v_hat[s].item() == pytest.approx(sum(returns) / len(returns) if returns else 0.0, abs=1e-12)
+    many, visits = mdp.monte_carlo_values(logits, 20000, torch.Generator().manual_seed(3))
+    exact, busy = mdp.values(logits), visits >= 400  # 400 returns within +-2: standard error under 0.1
+    assert busy.sum() >= 6 and (many - exact)[busy].abs().max() < 0.15

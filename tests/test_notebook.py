@@ -44,3 +44,13 @@ def test_refresh_stores_the_kernelspec_jupyterlab_writes():
     spec = course.kernelspec()
     assert spec["name"] == "python3" and spec["language"] == "python"
     assert spec["display_name"] == "Python 3 (ipykernel)"
+
+
+@pytest.mark.parametrize("path", course.lesson_paths([]), ids=lambda p: p.name)
+def test_stored_lessons_hold_no_widget_state_or_views(path):
+    """JupyterLab saves widget state with a notebook here (jupyterlab/overrides.json); a lesson saved
+    from JupyterLab must go through `refresh` (which strips it) before it is committed."""
+    nb = nbformat.read(path, as_version=4)
+    assert "widgets" not in nb.metadata
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+                   for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs)

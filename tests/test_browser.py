@@ -1,0 +1,275 @@
+"""The course in JupyterLab, in a real browser: Playwright drives Debian's Chromium against
+JupyterLab started from the course's own environment on 127.0.0.1, in a temporary copy of the
+lessons, and stopped by its process id at the end.
+
+- Every lesson, freshly opened, is not marked modified (the tab has no unsaved-changes dot).
+- Every lesson with a slider: its first cell and each slider cell run with no error output (the
+  slider cells need only the first cell; lesson 00 instead runs Run All), each slider, moved,
+  redraws its plot (the pixels differ), the saved file holds no widget but the sliders, and no
+  widget error shows after a page reload with the kernel still running, nor after reopening the
+  lesson once the kernel is gone.
+
+Every wait is for a state (a cell's execution count, the kernel idle, an image replaced), never a
+fixed time, so a slow machine only makes it slower.
+"""
+import io
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from browser import browser  # noqa: F401  (the fixture)
+
+expect = pytest.importorskip("playwright.sync_api", reason="Playwright is missing: make install").expect
+pytestmark = pytest.mark.browser
+
+LESSONS = Path(__file__).resolve().parents[1] / "lessons"
+NOTEBOOKS = sorted(p.name for p in LESSONS.glob("[0-9][0-9]_*.ipynb"))
+RUN_ALL = "00_welcome.ipynb"
+WAIT_MS = 300_000  # the longest any one state may take to arrive (Run All of lesson 00 included)
+expect.set_options(timeout=WAIT_MS)
+
+
+def cells(name: str) -> list[dict]:
+    return json.loads((LESSONS / name).read_text())["cells"]
+
+
+def slider_cells(name: str) -> list[int]:
+    """Indices of the cells that show a slider."""
+    return [i for i, c in enumerate(cells(name)) if c["cell_type"] == "code" and "widgets.interact" in "".join(c["source"])]
+
+
+WIDGET_LESSONS = [n for n in NOTEBOOKS if slider_cells(n)]
+
+
+@dataclass
+class Lab:
+    url: str
+    token: str
+    folder: Path
+
+    def api(self, method: str, path: str) -> object:
+        request = urllib.request.Request(f"{self.url}{path}", method=method, headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            body = reply.read()
+        return json.loads(body) if body else None
+
+    def shut_down_kernels(self) -> None:
+        for session in self.api("GET", "/api/sessions"):
+            self.api("DELETE", f"/api/sessions/{session['id']}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def lab_settings(folder: Path) -> None:
+    """User settings for this run only: every cell in the DOM (no virtual scrolling, so a cell can be
+    found by its index), no autosave (it would clear the modified mark this test looks for), and no
+    news or update checks (the machine is offline)."""
+    for plugin, settings in {"notebook-extension/tracker": {"windowingMode": "none"},
+                             "docmanager-extension/plugin": {"autosave": False},
+                             "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False}}.items():
+        path = folder / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, browser):  # noqa: F811  (after the browser fixture, so no browser means no server)
+    root = tmp_path_factory.mktemp("lab")
+    shutil.copytree(LESSONS, root / "lessons", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    lab_settings(root / "settings")
+    port, token = free_port(), secrets.token_hex(16)
+    env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(root / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"))
+    env.pop("MINIRL_PROGRESS", None)  # progress bars on, as students see them
+    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root / 'lessons'}"]
+    if os.getuid() == 0:
+        command.append("--allow-root")
+    log = open(root / "lab.log", "w")
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    lab = Lab(f"http://127.0.0.1:{port}", token, root / "lessons")
+    try:
+        wait_for_server(lab, server, root / "lab.log")
+        yield lab
+    finally:
+        server.terminate()  # the server shuts its kernels down on SIGTERM
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def wait_for_server(lab: Lab, server: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"JupyterLab exited with {server.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            lab.api("GET", "/api/status")
+            return
+        except OSError:
+            time.sleep(0.2)
+    pytest.fail(f"JupyterLab did not answer within {WAIT_MS / 1000:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def context(browser):  # noqa: F811  (one context for the module: JupyterLab's scripts load once, then from cache)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(WAIT_MS)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def page(context, lab):
+    page = context.new_page()
+    yield page
+    page.close()
+    lab.shut_down_kernels()
+
+
+def open_lesson(page, lab: Lab, name: str):
+    """Open a lesson alone in a fresh workspace; return its cells once all are shown and the kernel is idle."""
+    page.goto(f"{lab.url}/lab/workspaces/{uuid.uuid4().hex}/tree/{name}?token={lab.token}")
+    notebook_cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
+    expect(notebook_cells).to_have_count(len(cells(name)))
+    wait_idle(page)
+    return notebook_cells
+
+
+def wait_idle(page) -> None:
+    """Wait for the status bar's "<kernel name> | Idle": the kernel exists and is idle. (The notebook
+    toolbar's execution indicator already says idle while the status bar says "No Kernel".)"""
+    expect(page.locator('.jp-StatusBar-TextItem[title^="Change kernel"]')).to_have_text(re.compile(r"^Python 3 \(ipykernel\) \| Idle$"))
+
+
+def modified_tabs(page):
+    return page.locator(".lm-TabBar-tab.jp-mod-dirty")
+
+
+def stays_unmodified(page, seconds: float = 3.0) -> None:
+    """No modified mark now or for a few seconds more. JupyterLab marks a lesson modified, if at all,
+    when the kernel's spec and language info arrive, around its first idle; waiting longer than
+    that can only let a late mark through (it cannot make a good lesson fail)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert modified_tabs(page).count() == 0, "JupyterLab marked the freshly opened lesson modified"
+        time.sleep(0.1)
+
+
+def run_cell(page, cell, count: int) -> None:
+    """Run one cell (select it, Ctrl+Enter) and wait until the kernel has given it `count`."""
+    cell.locator(".jp-InputPrompt").click()
+    page.keyboard.press("Control+Enter")
+    expect(cell.locator(".jp-InputPrompt")).to_have_text(f"[{count}]:")
+    wait_idle(page)
+
+
+def run_all(page, notebook_cells, name: str) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel:text-is('Run All Cells')").click()
+    n_code = sum(c["cell_type"] == "code" for c in cells(name))
+    last = max(i for i, c in enumerate(cells(name)) if c["cell_type"] == "code")
+    expect(notebook_cells.nth(last).locator(".jp-InputPrompt")).to_have_text(f"[{n_code}]:")
+    wait_idle(page)
+
+
+def error_outputs(cell):
+    return cell.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+
+
+def pixels(png: bytes) -> np.ndarray:
+    return matplotlib.image.imread(io.BytesIO(png), format="png")
+
+
+def move_and_check_redraw(page, cell, slider) -> None:
+    """Move one slider a step with the keyboard; the plot must be replaced by one whose pixels differ."""
+    plot = cell.locator(".widget-output img").first
+    before, source = pixels(plot.screenshot()), plot.get_attribute("src")
+    readout, handle = slider.locator(".widget-readout"), slider.locator(".noUi-handle")
+    value = readout.inner_text()
+    at_max = float(handle.get_attribute("aria-valuenow")) >= float(handle.get_attribute("aria-valuemax"))
+    handle.focus()
+    page.keyboard.press("ArrowLeft" if at_max else "ArrowRight")
+    expect(readout).not_to_have_text(value)
+    expect(plot).not_to_have_attribute("src", source)
+    wait_idle(page)
+    after = pixels(plot.screenshot())
+    assert before.shape != after.shape or np.abs(before - after).max() > 0, "the plot did not change"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_a_freshly_opened_lesson_is_not_marked_modified(page, lab, name):
+    open_lesson(page, lab, name)
+    stays_unmodified(page)
+
+
+@pytest.mark.parametrize("name", WIDGET_LESSONS)
+def test_sliders_redraw_and_survive_save_and_reload(page, lab, name):
+    notebook_cells = open_lesson(page, lab, name)
+    first_code = next(i for i, c in enumerate(cells(name)) if c["cell_type"] == "code")
+    if name == RUN_ALL:
+        run_all(page, notebook_cells, name)
+        ran = [i for i, c in enumerate(cells(name)) if c["cell_type"] == "code"]
+    else:
+        ran = [first_code] + slider_cells(name)
+        for count, i in enumerate(ran, start=1):
+            run_cell(page, notebook_cells.nth(i), count)
+    for i in ran:  # each has finished (its execution count is set and the kernel is idle)
+        errors = error_outputs(notebook_cells.nth(i))
+        assert errors.count() == 0, f"cell {i} of {name} wrote an error:\n" + "\n".join(errors.all_inner_texts())[-2000:]
+    expect(modified_tabs(page)).to_have_count(1)  # the check above sees a modified lesson when there is one
+
+    for i in slider_cells(name):
+        cell = notebook_cells.nth(i)
+        sliders = cell.locator(".widget-slider")
+        expect(sliders.first).to_be_visible()
+        for k in range(sliders.count()):
+            move_and_check_redraw(page, cell, sliders.nth(k))
+
+    page.keyboard.press("Control+s")
+    expect(modified_tabs(page)).to_have_count(0)
+    saved = json.loads((lab.folder / name).read_text())
+    widget_views = [i for i, c in enumerate(saved["cells"]) if any(
+        "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in c.get("outputs", []))]
+    assert widget_views == slider_cells(name)  # no progress bar or other widget left in the saved lesson
+
+    page.reload()  # the kernel still runs: the sliders come back from it
+    check_widgets_after_reopening(page, name)
+    lab.shut_down_kernels()  # a new day: the kernel is gone, the saved lesson is opened again
+    open_lesson(page, lab, name)
+    check_widgets_after_reopening(page, name)
+
+
+def check_widgets_after_reopening(page, name: str) -> None:
+    """No widget error anywhere. In lesson 00, which ran in full here (so JupyterLab trusts all its
+    outputs), each slider is shown: live from a running kernel, else from the widget state saved
+    with the notebook (jupyterlab/overrides.json). Elsewhere JupyterLab shows a slider's text form
+    until its cell runs again (outputs it has not seen produced are not trusted to run code)."""
+    notebook_cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
+    expect(notebook_cells).to_have_count(len(cells(name)))
+    wait_idle(page)
+    expect(page.get_by_text("Loading widget...")).to_have_count(0)  # every widget output rendered or failed
+    assert page.get_by_text("Error displaying widget").count() == 0, f"a widget error in {name} after reopening it"
+    if name == RUN_ALL:
+        for i in slider_cells(name):
+            expect(notebook_cells.nth(i).locator(".widget-slider").first).to_be_visible()
