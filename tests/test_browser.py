@@ -10,7 +10,8 @@ lessons, and stopped by its process id at the end.
   lesson once the kernel is gone.
 
 Every wait is for a state (a cell's execution count, the kernel idle, an image replaced), never a
-fixed time, so a slow machine only makes it slower.
+fixed time, so a slow machine only makes it slower. The one timed window, 3 s in which a freshly
+opened lesson must stay unmodified, can only let a late mark through, never fail a good lesson.
 """
 import io
 import json
