@@ -11,10 +11,11 @@ functions), datasets (the world's files), model, sampling, evaluate, check (exer
 notebook (lesson setup), micro (the enumerable micro world), mdp (its exact solutions),
 advantages (returns, GAE, baselines), kl (k1, k2, k3), losses, critic (value head), tasks (RL tasks), training
 (what the trainers share: batches, rewards, reward functions), pg_trainer (REINFORCE and actor-critic), ppo_trainer,
-grpo_trainer, memory (training memory by model size), validate (argument checks).
+grpo_trainer, memory (training memory by model size), validate (argument checks), preferences (Bradley-Terry,
+Elo, rankings, accuracy ceilings), reward_model (a reward head on the trunk, trained on pairs).
 """
 from . import (advantages, check, critic, datasets, evaluate, grammar, grpo_trainer, kl, losses, mdp, memory, micro, ops,
-               pg_trainer, ppo_trainer, rewards, tasks, training, validate)
+               pg_trainer, ppo_trainer, preferences, reward_model, rewards, tasks, training, validate)
 from .model import GPT, GPTConfig, KVCache, load_model
 from .notebook import setup
 from .paths import DataError
@@ -24,6 +25,6 @@ from .tokenizer import load_tokenizer
 __all__ = [
     "GPT", "GPTConfig", "KVCache", "Rollout", "DataError", "advantages", "check", "completion_logprobs",
     "critic", "datasets", "evaluate", "grammar", "grpo_trainer", "kl", "load_model", "load_tokenizer", "losses", "mdp",
-    "memory", "micro", "ops", "pg_trainer", "ppo_trainer", "rewards", "sample", "sample_tokens", "setup", "tasks",
+    "memory", "micro", "ops", "pg_trainer", "ppo_trainer", "preferences", "reward_model", "rewards", "sample", "sample_tokens", "setup", "tasks",
     "training", "validate",
 ]

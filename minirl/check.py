@@ -396,3 +396,67 @@ def kl_k3(student_fn) -> None:
              ("reference far less likely", (logp, logp - 5.0)), ("reference far more likely", (logp - 5.0, logp)),
              ("one token", (logp[:1, :1], ref[:1, :1]))]
     run_cases("kl_k3", student_fn, _loop_k3, cases)
+
+
+# ---------------------------------------------------------------- lesson 07
+def _loop_bt_loss(chosen, rejected, labels):
+    total = 0.0
+    for c, r, y in zip(chosen.tolist(), rejected.tolist(), labels.tolist()):
+        d = c - r
+        log_p = -math.log1p(math.exp(-d)) if d > -30 else d  # log sigmoid(d)
+        log_q = -math.log1p(math.exp(d)) if d < 30 else -d  # log sigmoid(-d)
+        total -= y * log_p + (1 - y) * log_q
+    return total / len(chosen)
+
+
+def bradley_terry_loss(student_fn) -> None:
+    """Check bradley_terry_loss(chosen, rejected, labels) -> mean of -[y log sigmoid(r_c - r_r) + (1 - y) log sigmoid(r_r - r_c)]."""
+    g = torch.Generator().manual_seed(0)
+    c, r = torch.randn(8, generator=g, dtype=torch.float64), torch.randn(8, generator=g, dtype=torch.float64)
+    ones = torch.ones(8, dtype=torch.float64)
+    cases = [("hard labels (y = 1)", (c, r, ones)),
+             ("ties (y = 1/2)", (c, r, ones / 2)),
+             ("a mix of wins, ties and losses", (c, r, torch.tensor([1, 0.5, 0, 1, 1, 0.5, 0, 1], dtype=torch.float64))),
+             ("equal rewards: log 2", (c, c.clone(), ones)),
+             ("large reward gaps (no overflow)", (50 * c, -50 * c, ones / 2)),
+             ("one pair", (c[:1], r[:1], ones[:1]))]
+    run_cases("bradley_terry_loss", student_fn, _loop_bt_loss, cases)
+
+
+def _loop_elo_update(rating_a, rating_b, score_a, k):
+    expected = 1.0 / (1.0 + 10.0 ** ((rating_b - rating_a) / 400.0))
+    return torch.tensor([rating_a + k * (score_a - expected), rating_b - k * (score_a - expected)], dtype=torch.float64)
+
+
+def elo_update(student_fn) -> None:
+    """Check elo_update(rating_a, rating_b, score_a, k) -> (new_a, new_b) on the 400-point scale."""
+    cases = [("equal players, a wins", (1500.0, 1500.0, 1.0, 32.0)),
+             ("favourite wins", (1800.0, 1400.0, 1.0, 32.0)),
+             ("upset", (1400.0, 1800.0, 1.0, 32.0)),
+             ("a draw", (1600.0, 1500.0, 0.5, 16.0)),
+             ("a loses", (1500.0, 1500.0, 0.0, 24.0))]
+    run_cases("elo_update", lambda *a: torch.as_tensor(student_fn(*a), dtype=torch.float64), _loop_elo_update, cases)
+
+
+def _loop_ceiling(utilities, probs):
+    num = norm = 0.0
+    for i, (ui, pi) in enumerate(zip(utilities.tolist(), probs.tolist())):
+        for j, (uj, pj) in enumerate(zip(utilities.tolist(), probs.tolist())):
+            if i != j:
+                num += pi * pj / (1 + math.exp(-abs(ui - uj)))
+                norm += pi * pj
+    return num / norm
+
+
+def accuracy_ceiling(student_fn) -> None:
+    """Check accuracy_ceiling(utilities, probs) -> E[sigmoid(|u_i - u_j|)] over pairs of two different
+    items drawn independently with probabilities probs."""
+    g = torch.Generator().manual_seed(0)
+    u = torch.randn(6, generator=g, dtype=torch.float64)
+    p = torch.rand(6, generator=g, dtype=torch.float64)
+    p /= p.sum()
+    cases = [("six items", (u, p)), ("uniform probabilities", (u, torch.full((6,), 1 / 6, dtype=torch.float64))),
+             ("two items", (u[:2], torch.tensor([0.3, 0.7], dtype=torch.float64))),
+             ("equal utilities: 1/2", (torch.zeros(4, dtype=torch.float64), torch.full((4,), 0.25, dtype=torch.float64))),
+             ("one item far better", (torch.tensor([5.0, 0.0, 0.0], dtype=torch.float64), torch.tensor([0.1, 0.45, 0.45], dtype=torch.float64)))]
+    run_cases("accuracy_ceiling", student_fn, _loop_ceiling, cases)

@@ -39,3 +39,10 @@ def load_preferences(split: str = "train") -> list[dict]:
 def load_demos() -> list[dict]:
     """Expert plans {'prompt', 'completion'}, sampled from p(plan) ∝ exp(R(plan))."""
     return _jsonl("world/plan_demos.jsonl")
+
+
+def load_order_scores(split: str = "train") -> list[dict]:
+    """Single orders {'prompt', 'completion', 'annotator', 'score'}, each scored on an absolute scale
+    by one of the world's noisy annotators (offset and scale per annotator, noise per score)."""
+    validate.choice("split", split, SPLITS)
+    return [r for r in _jsonl("world/order_scores.jsonl") if r.pop("split") == split]

@@ -18,6 +18,7 @@ Aggregation over tokens is explicit and named, because it changes what is estima
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from . import validate
 from .kl import kl_k3
@@ -201,3 +202,39 @@ def sft_loss(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> 
     junk there (NaN included) reaches neither the loss nor its gradient."""
     logits = torch.where(check_mask(tokens, mask).bool()[..., None], logits, torch.zeros_like(logits))
     return -aggregate(token_logprobs(logits, tokens), mask, "token_mean")
+
+
+def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor, labels: torch.Tensor | None = None,
+                       margin: float | torch.Tensor = 0.0) -> torch.Tensor:
+    """The reward model's ranking loss: the Bradley-Terry negative log-likelihood, mean over pairs.
+
+        P(chosen preferred) = sigmoid(r_c - r_r)
+        loss = -[y log sigmoid(r_c - r_r - m) + (1 - y) log sigmoid(r_r - r_c - m)]
+
+    chosen_rewards, rejected_rewards: (B,) scalar rewards of the two responses of each pair.
+    labels: (B,) y = P(chosen preferred) in [0, 1]; 1 by default (a hard label), 1/2 for a tie.
+    margin: a scalar or (B,) m >= 0 (Llama 2's margin loss): the preferred side must win by m
+    before the loss lets go; with y = 1 this is TRL's `-logsigmoid(r_c - r_r - margin)`. A tie
+    with a margin asks for |r_c - r_r| small on both sides.
+
+    Stiennon et al.'s -log sigmoid(r_c - r_r) and Askell et al.'s log(1 + exp(r_r - r_c)) are this
+    loss with y = 1, m = 0: the same function written twice. At r_c = r_r it is log 2 whatever y is.
+    """
+    check_float("chosen_rewards", chosen_rewards)
+    check_float("rejected_rewards", rejected_rewards)
+    if chosen_rewards.dim() != 1 or chosen_rewards.shape != rejected_rewards.shape:
+        raise ValueError(f"chosen_rewards and rejected_rewards must be (B,) tensors of one shape, got "
+                         f"{tuple(chosen_rewards.shape)} and {tuple(rejected_rewards.shape)} (one reward per response)")
+    if chosen_rewards.numel() == 0:
+        raise ValueError("no pairs: the Bradley-Terry loss needs at least one (chosen, rejected) pair")
+    delta = chosen_rewards - rejected_rewards  # (B,)
+    y = torch.ones_like(delta) if labels is None else torch.as_tensor(labels, dtype=delta.dtype, device=delta.device)
+    if y.shape != delta.shape:
+        raise ValueError(f"labels shape {tuple(y.shape)} does not match the {delta.numel()} pairs")
+    if not bool(((y >= 0) & (y <= 1)).all()):
+        raise ValueError("labels must be probabilities P(chosen preferred) in [0, 1] (1/2 for a tie)")
+    m = torch.as_tensor(margin, dtype=delta.dtype, device=delta.device)
+    if not bool(torch.isfinite(m).all() & (m >= 0).all()):
+        raise ValueError(f"margin must be finite and >= 0, got {margin!r}")
+    nll = -(y * F.logsigmoid(delta - m) + (1 - y) * F.logsigmoid(-delta - m))  # (B,)
+    return nll.mean()

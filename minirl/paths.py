@@ -17,6 +17,7 @@ MANIFEST = "MANIFEST.json"
 
 # Which command writes which files (matched by path prefix, first match wins).
 REBUILD_COMMANDS = {
+    "checkpoints/rm_": "python -m minirl.train_reward_models",
     "checkpoints/": "python -m minirl.pretrain",
     "": "python -m minirl.world",
 }

@@ -86,6 +86,22 @@ def arithmetic_task() -> Task:
     return Task("arithmetic", prompts("train"), prompts("test"), grammar.MAX_NEW_TOKENS["arithmetic"], token_rewards, gold)
 
 
+def orders_task() -> Task:
+    """The hidden annotator's utility of the whole order (seed 004's matcha lover), at the last
+    token: the gold reward that lessons 07-09 learn from preferences instead."""
+    def token_rewards(rollout: Rollout, enc) -> torch.Tensor:
+        return last_token_rewards(rollout, rewards.order_gold_reward(rollout.prompts, rollout.texts))
+
+    def gold(rollout: Rollout) -> dict[str, float]:
+        utility = rewards.order_gold_reward(rollout.prompts, rollout.texts)
+        valid = [grammar.is_order(p + c) for p, c in zip(rollout.prompts, rollout.texts)]
+        return {"gold": sum(utility) / len(utility), "valid": sum(valid) / len(valid)}
+
+    def prompts(split):
+        return [r["prompt"] for r in datasets.load_prompts("orders", split)]
+    return Task("orders", prompts("train"), prompts("test"), grammar.MAX_NEW_TOKENS["orders"], token_rewards, gold)
+
+
 def check_signature(reward_fn: RewardFn, name: str) -> None:
     """A reward function takes (prompts, completions) and the keyword arguments minirl passes."""
     if not callable(reward_fn):

@@ -12,6 +12,10 @@ Files (one JSON object or one text per line):
     world/prompts_<family>.jsonl  RL / evaluation prompts with a train/test split
     world/order_prefs.jsonl       Bradley-Terry preference pairs over orders (noisy labels)
     world/plan_demos.jsonl        expert plans, soft-optimal for the hidden plan reward
+    world/order_scores.jsonl      absolute scores of single orders by noisy annotators (lesson 07)
+
+Files added after the first release draw from random streams of their own (`stream`), so adding
+one leaves every earlier file byte for byte what it was.
 """
 from __future__ import annotations
 
@@ -31,6 +35,12 @@ N_HELDOUT_PAIRS = 300
 N_TRAIN_ARITHMETIC_PROMPTS = 2000
 N_PREFERENCE_PAIRS = 3000
 N_DEMOS = 2000
+N_SCORED_ORDERS = 3000
+# The absolute-score annotators (fixed before any reward model was trained on them): annotator k
+# reports offset_k + scale_k * u + noise for an order of utility u, with offset_k ~ N(0, 1),
+# scale_k ~ LogNormal(0, 0.5) and noise ~ N(0, 1) per score; each order goes to one of them at random.
+N_SCORE_ANNOTATORS = 8
+SCORE_OFFSET_SD, SCORE_LOG_SCALE_SD, SCORE_NOISE_SD = 1.0, 0.5, 1.0
 TEST_FRACTION = 0.25
 
 # Review moods: the probability of a positive / neutral / negative adjective in each clause.
@@ -116,6 +126,21 @@ def sample_order(rng: random.Random) -> str:
     return " ".join(words + ["."])
 
 
+def order_distribution() -> tuple[list[str], list[float]]:
+    """Every order `sample_order` can write and its exact probability (1,008 valid orders)."""
+    greetings = [([], 0.7)] + [([g, ","], 0.3 / len(grammar.GREETINGS)) for g in grammar.GREETINGS]
+    sizes = [([], 0.4)] + [([s], 0.6 / len(grammar.SIZES)) for s in grammar.SIZES]
+    drinks = [([d], 1 / len(grammar.DRINKS)) for d in grammar.DRINKS]
+    milks = [([], 0.6)] + [(["with", m, "milk"], 0.4 / len(grammar.MILKS)) for m in grammar.MILKS]
+    polite = [([], 0.5)] + [([p], 0.5 / len(grammar.POLITE)) for p in grammar.POLITE]
+    texts, probs = [], []
+    for parts in itertools.product(greetings, sizes, drinks, milks, polite):
+        g, s, d, m, p = (words for words, _ in parts)
+        texts.append(" ".join(["order:", *g, "one", *s, *d, *m, *p, "."]))
+        probs.append(math.prod(q for _, q in parts))
+    return texts, probs
+
+
 def preference_pair(rng: random.Random) -> dict:
     """Two different orders; the annotator's choice is drawn from Bradley-Terry on its utility."""
     a, b = sample_order(rng), sample_order(rng)
@@ -125,6 +150,18 @@ def preference_pair(rng: random.Random) -> dict:
         a, b = b, a
     head = "order:"
     return {"prompt": head, "chosen": a[len(head):], "rejected": b[len(head):]}
+
+
+def order_scores(rng: random.Random) -> list[dict]:
+    """Single orders, each scored on an absolute scale by one of N_SCORE_ANNOTATORS noisy annotators."""
+    offsets = [rng.gauss(0.0, SCORE_OFFSET_SD) for _ in range(N_SCORE_ANNOTATORS)]
+    scales = [math.exp(rng.gauss(0.0, SCORE_LOG_SCALE_SD)) for _ in range(N_SCORE_ANNOTATORS)]
+    records = []
+    for _ in range(N_SCORED_ORDERS):
+        text, k = sample_order(rng), rng.randrange(N_SCORE_ANNOTATORS)
+        score = offsets[k] + scales[k] * rewards.order_utility(text) + rng.gauss(0.0, SCORE_NOISE_SD)
+        records.append({"prompt": "order:", "completion": text[len("order:"):], "annotator": k, "score": round(score, 4)})
+    return records
 
 
 # ---------------------------------------------------------------- plans
@@ -145,6 +182,11 @@ def split(items: list, rng: random.Random) -> list[dict]:
     """Tag each item with split 'train' or 'test' (a fixed fraction, chosen at random)."""
     test = set(rng.sample(range(len(items)), round(TEST_FRACTION * len(items))))
     return [{**item, "split": "test" if i in test else "train"} for i, item in enumerate(items)]
+
+
+def stream(seed: int, name: str) -> random.Random:
+    """A random stream of its own for a file added later: its draws move no earlier file."""
+    return random.Random(f"{seed}:{name}")  # a str seed is hashed with SHA-512: the same on every machine
 
 
 def write_lines(path: Path, lines: list[str]) -> None:
@@ -185,6 +227,9 @@ def build_world(out: Path, seed: int = SEED) -> dict[str, list[str]]:
     plans, probs = expert_plan_distribution()
     demos = rng.choices(plans, weights=probs, k=N_DEMOS)
     write_jsonl(world / "plan_demos.jsonl", [{"prompt": "plan:", "completion": " " + " ".join(p) + " ."} for p in demos])
+
+    scores_rng = stream(seed, "order_scores")
+    write_jsonl(world / "order_scores.jsonl", split(order_scores(scores_rng), scores_rng))
 
     for family, docs in corpora.items():
         assert all(grammar.VALIDATORS[family](d) for d in docs), f"generator wrote an invalid {family} document"

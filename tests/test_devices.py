@@ -124,3 +124,15 @@ def test_evaluate_runs_on_the_device(device):
     report = evaluate.heldout_report(model, tasks.arithmetic_task(), reference=minirl.load_model("base", device=device),
                                      samples=1)
     assert 0 <= report["correct"] <= 1 and abs(report["kl"]) < 1e-4
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_reward_model_trains_and_scores_on_the_device(device):
+    from minirl import datasets, reward_model
+
+    pairs = datasets.load_preferences("train")[:32]
+    cpu, _ = reward_model.train_reward_model(pairs, reward_model.RMConfig(steps=2, batch_size=16))
+    acc, _ = reward_model.train_reward_model(pairs, reward_model.RMConfig(steps=2, batch_size=16),
+                                             base=minirl.load_model("base", device=device))
+    texts = ["order: one matcha latte please .", "order: one espresso ."]
+    assert torch.allclose(reward_model.score_texts(acc, texts), reward_model.score_texts(cpu, texts), atol=1e-3)

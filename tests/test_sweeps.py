@@ -37,3 +37,28 @@ def test_rerunning_one_point_reproduces_its_row():
     row = script.run("reinforce", 0.3, 1, rate)
     assert row["gold_positive"] == pytest.approx(recorded["gold_positive"], abs=0.15)
     assert row["gold"] == pytest.approx(recorded["gold"], abs=0.15)
+
+
+def load_rm_script():
+    spec = importlib.util.spec_from_file_location("reward_models", SWEEPS / "reward_models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reward_model_csv_covers_every_job():
+    script = load_rm_script()
+    rows = script.read_rows()
+    assert [(r["kind"], r["labels"], r["seed"], r["imitation"]) for r in rows] == script.jobs()
+    with open(SWEEPS / "reward_models.csv") as f:
+        assert next(csv.reader(f)) == script.FIELDS
+
+
+@pytest.mark.slow
+def test_rerunning_one_reward_model_point_reproduces_its_row():
+    """Lesson 07 re-runs (pairs, 250, seed 0); this re-runs another: scores at 500 labels, seed 1."""
+    script = load_rm_script()
+    recorded = next(r for r in script.read_rows() if r["kind"] == "scores" and r["labels"] == 500 and r["seed"] == 1)
+    row = script.run("scores", 500, 1, 0.0)
+    assert row["expected_accuracy"] == pytest.approx(recorded["expected_accuracy"], abs=0.02)
+    assert row["correlation"] == pytest.approx(recorded["correlation"], abs=0.05)

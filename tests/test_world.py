@@ -167,3 +167,30 @@ def test_missing_data_dir_says_how_to_point_at_it(monkeypatch, tmp_path):
     monkeypatch.setattr(paths, "__file__", str(tmp_path / "site-packages" / "minirl" / "paths.py"))
     with pytest.raises(paths.DataError, match="pip install -e"):
         paths.data_dir()
+
+
+def test_order_distribution_is_the_samplers():
+    """Every valid order once, probabilities summing to 1, and the 20,000-order corpus within five
+    standard errors of them on every order."""
+    texts, probs = world.order_distribution()
+    assert len(texts) == len(set(texts)) == 3 * 4 * 7 * 4 * 3 and all(grammar.is_order(t) for t in texts)
+    assert sum(probs) == pytest.approx(1.0)
+    corpus = datasets.load_corpus("orders")
+    counts = {t: 0 for t in texts}
+    for doc in corpus:
+        counts[doc] += 1  # a KeyError would mean the sampler wrote an order outside the distribution
+    n = len(corpus)
+    assert all(abs(counts[t] / n - p) <= 5 * math.sqrt(p * (1 - p) / n) + 1e-4 for t, p in zip(texts, probs))
+
+
+def test_absolute_scores_follow_their_noise_model():
+    """Each annotator's scores regress on the utility with a slope near its scale (all positive),
+    and the residual sd is near the per-score noise."""
+    records = datasets.load_order_scores("train") + datasets.load_order_scores("test")
+    assert len(records) == world.N_SCORED_ORDERS
+    for k in range(world.N_SCORE_ANNOTATORS):
+        mine = [(rewards.order_utility(r["prompt"] + r["completion"]), r["score"]) for r in records if r["annotator"] == k]
+        mu, ms = sum(u for u, _ in mine) / len(mine), sum(s for _, s in mine) / len(mine)
+        slope = sum((u - mu) * (s - ms) for u, s in mine) / sum((u - mu) ** 2 for u, _ in mine)
+        resid = [s - ms - slope * (u - mu) for u, s in mine]
+        assert slope > 0 and 0.8 < math.sqrt(sum(e * e for e in resid) / len(resid)) < 1.2
