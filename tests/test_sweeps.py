@@ -9,8 +9,8 @@ import pytest
 SWEEPS = Path(__file__).parents[1] / "lessons" / "sweeps"
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("ppo_vs_reinforce", SWEEPS / "ppo_vs_reinforce.py")
+def load_script(name: str = "ppo_vs_reinforce"):
+    spec = importlib.util.spec_from_file_location(name, SWEEPS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -39,15 +39,8 @@ def test_rerunning_one_point_reproduces_its_row():
     assert row["gold"] == pytest.approx(recorded["gold"], abs=0.15)
 
 
-def load_rm_script():
-    spec = importlib.util.spec_from_file_location("reward_models", SWEEPS / "reward_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_reward_model_csv_covers_every_job():
-    script = load_rm_script()
+    script = load_script("reward_models")
     rows = script.read_rows()
     assert [(r["kind"], r["labels"], r["seed"], r["imitation"]) for r in rows] == script.jobs()
     with open(SWEEPS / "reward_models.csv") as f:
@@ -57,7 +50,7 @@ def test_reward_model_csv_covers_every_job():
 @pytest.mark.slow
 def test_rerunning_one_reward_model_point_reproduces_its_row():
     """Lesson 07 re-runs (pairs, 250, seed 0); this re-runs another: scores at 500 labels, seed 1."""
-    script = load_rm_script()
+    script = load_script("reward_models")
     recorded = next(r for r in script.read_rows() if r["kind"] == "scores" and r["labels"] == 500 and r["seed"] == 1)
     row = script.run("scores", 500, 1, 0.0)
     assert row["expected_accuracy"] == pytest.approx(recorded["expected_accuracy"], abs=0.02)
