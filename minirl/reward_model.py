@@ -178,14 +178,13 @@ def check_config(config: RMConfig) -> None:
     validate.integer("seed", config.seed, minimum=-2**63)
 
 
-def pair_tokens(pairs: list[dict], enc) -> list[tuple[list[int], int, list[int], int, float]]:
+def pair_tokens(pairs: list[dict], enc) -> list[tuple[list[int], int, list[int], float]]:
     """Each pair {'prompt', 'chosen', 'rejected'[, 'label']} as (chosen ids, prompt length,
-    rejected ids, prompt length, label); label = P(chosen preferred), 1 unless given."""
+    rejected ids, label); label = P(chosen preferred), 1 unless given."""
     out = []
     for r in pairs:
-        c, pc = sequence_ids(enc, r["prompt"], r["chosen"])
-        j, pj = sequence_ids(enc, r["prompt"], r["rejected"])
-        out.append((c, pc, j, pj, float(r.get("label", 1.0))))
+        chosen, prompt_len = sequence_ids(enc, r["prompt"], r["chosen"])
+        out.append((chosen, prompt_len, sequence_ids(enc, r["prompt"], r["rejected"])[0], float(r.get("label", 1.0))))
     return out
 
 
@@ -204,7 +203,7 @@ def batches(n: int, batch_size: int, steps: int, rng: random.Random):
 def pair_step_loss(rm: RewardModel, batch, imitation_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
     """Bradley-Terry loss on a batch of tokenized pairs (+ the imitation loss on the chosen side)."""
     device = rm.score.weight.device
-    chosen, pc, rejected, pj, labels = zip(*batch)
+    chosen, prompt_lens, rejected, labels = zip(*batch)
     seqs = list(chosen) + list(rejected)
     ids = right_pad(seqs, rm.pad_token_id, device)  # (2B, T)
     scores, hidden = rm.scores_and_hidden(ids)  # (2B,), (2B, T, C)
@@ -215,7 +214,7 @@ def pair_step_loss(rm: RewardModel, batch, imitation_coef: float) -> tuple[torch
                                                + 0.5 * (r_c == r_r).float()).mean().item()}
     if imitation_coef > 0:
         B, T = len(chosen), ids.size(1)
-        mask = response_mask(list(chosen), list(pc), T, device)[:, 1:]  # targets are tokens 1..T-1
+        mask = response_mask(list(chosen), list(prompt_lens), T, device)[:, 1:]  # targets are tokens 1..T-1
         lm = losses.sft_loss(rm.transformer.logits(hidden[:B, :-1]), ids[:B, 1:], mask)
         loss = loss + imitation_coef * lm
         stats["imitation_loss"] = lm.item()
