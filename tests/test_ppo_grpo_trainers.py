@@ -8,6 +8,7 @@ import torch
 
 import minirl
 from minirl import tasks
+from minirl.evaluate import heldout_report
 from minirl.grpo_trainer import GRPOConfig, group_advantages, train_grpo, zero_advantage_fraction
 from minirl.ppo_trainer import PPO, PPOConfig, explained_variance, rlhf_rewards, train_ppo
 
@@ -53,13 +54,19 @@ def test_rollout_select_keeps_rows_aligned():
 
 @pytest.mark.slow
 def test_ppo_raises_gold_and_records_its_diagnostics():
+    """Judged on the 89 held-out openings (4 samples each), not on 16-completion training batches,
+    whose share moves by 1/16 per sample. At the default rate (3e-4) one of four seeds collapsed by
+    step 10 on an Intel Xeon (held-out 0.03 -> 0.02), so the test runs at 1e-4."""
     task = tasks.reviews_task("negative")
-    history = train_ppo(minirl.load_model("base"), task, PPOConfig(steps=10, prompts_per_step=8, group_size=2))
-    first, last = history[0]["gold_positive"], sum(h["gold_positive"] for h in history[-2:]) / 2
-    assert last > first + 0.2  # measured: 0.06 -> 0.41 at 1 and 2 threads; the rise is 0.34-0.50 over seeds 0-3
+    policy = minirl.load_model("base")
+    before = heldout_report(policy, task)["gold_positive"]
+    history = train_ppo(policy, task, PPOConfig(steps=10, prompts_per_step=8, group_size=2, lr=1e-4))
+    after = heldout_report(policy, task)["gold_positive"]
+    assert after > before + 0.3  # measured: 0.03 -> 0.44-0.54 over seeds 0-3 at 1 thread, 0.49-0.51 at 2 (seeds 0-1)
     expected = {"reward", "kl", "entropy", "clip_fraction", "approx_kl", "value_loss", "explained_variance", "length", "gold"}
     assert expected <= set(history[0])
-    assert history[-1]["explained_variance"] > history[0]["explained_variance"]  # seed 0: 0.00 -> 0.15 (1 thread), 0.21 (2)
+    assert history[0]["explained_variance"] == 0  # the critic starts at zero
+    assert sum(h["explained_variance"] for h in history[-3:]) / 3 > 0  # measured 0.04-0.25 over those runs
 
 
 def test_target_kl_stops_a_batchs_epochs_early():
