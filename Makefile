@@ -53,3 +53,4 @@ benchmark: install
 	$(BIN)/python benchmarks/sampler_vs_hf.py
 	$(BIN)/python benchmarks/sampler_floor.py
 	$(BIN)/python benchmarks/grpo_vs_trl.py
+	$(BIN)/python benchmarks/rlhf_ppo_step.py

@@ -12,10 +12,14 @@ notebook (lesson setup), micro (the enumerable micro world), mdp (its exact solu
 advantages (returns, GAE, baselines), kl (k1, k2, k3), losses, critic (value head), tasks (RL tasks), training
 (what the trainers share: batches, rewards, reward functions), pg_trainer (REINFORCE and actor-critic), ppo_trainer,
 grpo_trainer, memory (training memory by model size), validate (argument checks), preferences (Bradley-Terry,
-Elo, rankings, accuracy ceilings), reward_model (a reward head on the trunk, trained on pairs).
+Elo, rankings, accuracy ceilings), reward_model (a reward head on the trunk, trained on pairs), sft (supervised
+fine-tuning, behaviour cloning), best_of_n (best-of-N sampling, its exact distribution and KL), raft (reward-ranked
+fine-tuning), rlhf (lesson 08's measurements on the orders world), overoptimization (exact over-optimization curves,
+Gao et al.'s forms).
 """
-from . import (advantages, check, critic, datasets, evaluate, grammar, grpo_trainer, kl, losses, mdp, memory, micro, ops,
-               pg_trainer, ppo_trainer, preferences, reward_model, rewards, tasks, training, validate)
+from . import (advantages, best_of_n, check, critic, datasets, evaluate, grammar, grpo_trainer, kl, losses, mdp, memory,
+               micro, ops, overoptimization, pg_trainer, ppo_trainer, preferences, raft, reward_model, rewards, rlhf, sft,
+               tasks, training, validate)
 from .model import GPT, GPTConfig, KVCache, load_model
 from .notebook import setup
 from .paths import DataError
@@ -23,8 +27,8 @@ from .sampling import Rollout, completion_logprobs, sample, sample_tokens
 from .tokenizer import load_tokenizer
 
 __all__ = [
-    "GPT", "GPTConfig", "KVCache", "Rollout", "DataError", "advantages", "check", "completion_logprobs",
+    "GPT", "GPTConfig", "KVCache", "Rollout", "DataError", "advantages", "best_of_n", "check", "completion_logprobs",
     "critic", "datasets", "evaluate", "grammar", "grpo_trainer", "kl", "load_model", "load_tokenizer", "losses", "mdp",
-    "memory", "micro", "ops", "pg_trainer", "ppo_trainer", "preferences", "reward_model", "rewards", "sample", "sample_tokens", "setup", "tasks",
-    "training", "validate",
+    "memory", "micro", "ops", "overoptimization", "pg_trainer", "ppo_trainer", "preferences", "raft", "reward_model",
+    "rewards", "rlhf", "sample", "sample_tokens", "setup", "sft", "tasks", "training", "validate",
 ]

@@ -460,3 +460,62 @@ def accuracy_ceiling(student_fn) -> None:
              ("equal utilities: 1/2", (torch.zeros(4, dtype=torch.float64), torch.full((4,), 0.25, dtype=torch.float64))),
              ("one item far better", (torch.tensor([5.0, 0.0, 0.0], dtype=torch.float64), torch.tensor([0.1, 0.45, 0.45], dtype=torch.float64)))]
     run_cases("accuracy_ceiling", student_fn, _loop_ceiling, cases)
+
+
+# ---------------------------------------------------------------- lesson 08
+def _loop_sft_loss(logits, tokens, mask):
+    total = count = 0.0
+    for b in range(tokens.size(0)):
+        for t in range(tokens.size(1)):
+            if mask[b, t]:
+                row = [float(x) for x in logits[b, t]]
+                top = max(row)
+                log_z = top + math.log(sum(math.exp(x - top) for x in row))
+                total -= row[int(tokens[b, t])] - log_z
+                count += 1
+    return total / count
+
+
+def sft_loss(student_fn) -> None:
+    """Check sft_loss(logits, tokens, mask) -> mean negative log-likelihood of the tokens where mask
+    is 1 (the response), over all of them; the prompt and the padding (mask 0) are never targets."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 7, generator=g, dtype=torch.float64)
+    tokens = torch.randint(0, 7, (3, 5), generator=g)
+    response = torch.tensor([[0, 0, 1, 1, 1], [0, 1, 1, 0, 0], [0, 0, 0, 1, 1]], dtype=torch.float64)
+    loud_prompt = logits.clone()
+    loud_prompt[:, :2] *= 40  # confident, wrong predictions where the prompt is: counting them moves the loss a lot
+    cases = [("prompt masked out", (logits, tokens, response)),
+             ("a confident prompt that must not count", (loud_prompt, tokens, response)),
+             ("an all-padding tail", (logits, tokens, torch.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]],
+                                                                   dtype=torch.float64))),
+             ("every token a target", (logits, tokens, torch.ones(3, 5, dtype=torch.float64))),
+             ("one response token", (logits[:1], tokens[:1], torch.tensor([[0, 0, 0, 0, 1]], dtype=torch.float64)))]
+    run_cases("sft_loss", student_fn, _loop_sft_loss, cases)
+
+
+def _loop_select_best(scores, n):
+    picks = []
+    for start in range(0, len(scores), n):
+        group = [float(s) for s in scores[start:start + n]]
+        picks.append(start + group.index(max(group)))
+    return torch.tensor(picks, dtype=torch.float64)
+
+
+def select_best(student_fn) -> None:
+    """Check select_best(scores, n) -> the index into scores of each group's best, groups being
+    consecutive blocks of n; a tie goes to the first of the tied draws."""
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(12, generator=g, dtype=torch.float64)
+    cases = [("three groups of four", (s, 4)), ("two groups of six", (s, 6)),
+             ("n = 1: every draw is its own best", (s, 1)),
+             ("ties go to the first", (torch.tensor([1.0, 3.0, 3.0, 0.0, 2.0, 2.0], dtype=torch.float64), 3)),
+             ("all scores negative", (-s.abs(), 3)),
+             ("all equal", (torch.zeros(8, dtype=torch.float64), 4))]
+    run_cases("select_best", lambda *a: as_numbers(student_fn(*a)), _loop_select_best, cases, tolerance=0.0)
+
+
+def best_of_n_kl_bound(student_fn) -> None:
+    """Check best_of_n_kl_bound(n) -> log N - (N - 1)/N, the KL of best-of-N with continuous rewards."""
+    cases = [(f"N = {n}", (n,)) for n in (1, 2, 4, 16, 100, 10_000)]
+    run_cases("best_of_n_kl_bound", student_fn, lambda n: math.log(n) - (n - 1) / n, cases)

@@ -8,6 +8,10 @@ world).
 
 The trunk can be the policy itself (a value head on the policy's trunk: cheap, but the value
 loss also moves the policy's features) or a separate copy (twice the memory, no interference).
+A separate critic can start from the policy (`make_critic`, value 0 everywhere) or from the
+reward model (`from_reward_model`, InstructGPT's choice and seed 001's "use reward model to init
+the critic"): then it starts out predicting the reward model's score of each prefix, as if the
+completion ended there.
 """
 from __future__ import annotations
 
@@ -41,3 +45,18 @@ def completion_values(trunk: GPT, head: ValueHead, rollout: Rollout) -> torch.Te
 def make_critic(model: GPT) -> tuple[GPT, ValueHead]:
     """A critic on a separate trunk: a trainable copy of `model` and a fresh value head (outputs 0)."""
     return copy.deepcopy(model).train(), ValueHead(model.config.n_embd).to(next(model.parameters()).device)
+
+
+@torch.no_grad()
+def from_reward_model(rm) -> tuple[GPT, ValueHead]:
+    """A critic initialized from a reward model (`minirl.reward_model.RewardModel`): a trainable copy
+    of its trunk, and a value head computing its *normalized* score, (w . h - mean) / std, the
+    units the policy is trained in. At the state before token t it reads the prefix's last token,
+    where the reward model reads a finished completion's EOS: so V(s_t) starts as the reward
+    model's opinion of the text so far."""
+    trunk = copy.deepcopy(rm.transformer).train().requires_grad_(True)
+    head = ValueHead(trunk.config.n_embd).to(rm.score.weight.device)
+    std, mean = rm.reward_std.to(head.v.weight.dtype), rm.reward_mean.to(head.v.weight.dtype)
+    head.v.weight.copy_(rm.score.weight / std)
+    head.v.bias.copy_(-mean / std)
+    return trunk, head

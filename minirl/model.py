@@ -215,7 +215,7 @@ class GPT(nn.Module):
 
 
 # ---------------------------------------------------------------- checkpoints
-CHECKPOINTS = {"base": "checkpoints/base.pt"}
+CHECKPOINTS = {"base": "checkpoints/base.pt", "sft": "checkpoints/sft.pt"}
 
 
 def save_checkpoint(model: GPT, path) -> None:

@@ -18,6 +18,7 @@ MANIFEST = "MANIFEST.json"
 # Which command writes which files (matched by path prefix, first match wins).
 REBUILD_COMMANDS = {
     "checkpoints/rm_": "python -m minirl.train_reward_models",
+    "checkpoints/sft": "python -m minirl.sft",
     "checkpoints/": "python -m minirl.pretrain",
     "": "python -m minirl.world",
 }

@@ -17,8 +17,8 @@ plain importance-weighted surrogate), `target_kl` (on: early stopping of a batch
 `value_clip` (None: no value clipping), `whiten` (raw GAE
 advantages), `epochs` (1: one pass over the batch, still in `minibatches` steps; with one
 minibatch too, the single step sees ratio 1 and PPO reduces to a policy-gradient step). The
-critic is a separate copy of the starting model with a zero-initialised value head (initialising
-it from a reward model is lesson 08's).
+critic is a separate copy of the starting model with a zero-initialised value head, or, given
+`critic_from=` a reward model, a copy of the reward model (`minirl.critic.from_reward_model`).
 """
 from __future__ import annotations
 
@@ -26,16 +26,18 @@ import itertools
 import math
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from . import advantages as adv
 from . import validate
-from .critic import completion_values, make_critic
+from .critic import completion_values, from_reward_model, make_critic
 from .kl import kl_k1
 from .losses import ppo_clip_loss, value_loss
 from .model import GPT
 from .ops import entropy_from_logits, masked_mean, masked_sum, masked_var, masked_whiten, token_logprobs, zero_padding
+from .reward_model import RewardModel
 from .sampling import Rollout, completion_logits, completion_logprobs
 from .tasks import RewardFn, Task, training_rewards
 from .tokenizer import load_tokenizer
@@ -103,10 +105,10 @@ class PPO:
     implementation detail off (fewer epochs or minibatches) changes nothing about which completions
     are sampled."""
 
-    def __init__(self, policy: GPT, config: PPOConfig):
+    def __init__(self, policy: GPT, config: PPOConfig, critic_from=None):
         self.policy, self.config = policy, config
         self.reference = frozen_reference(policy)
-        self.critic = make_critic(policy)  # (trunk, value head)
+        self.critic = make_critic(policy) if critic_from is None else from_reward_model(critic_from)  # (trunk, value head)
         self.critic_params = [p for m in self.critic for p in m.parameters()]
         self.opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)
         self.critic_opt = torch.optim.AdamW(self.critic_params, lr=config.critic_lr, weight_decay=0.0)
@@ -155,12 +157,19 @@ class PPO:
         return {"updates": len(stats["value_loss"]), **{k: sum(v) / len(v) if v else math.nan for k, v in stats.items()}}
 
 
-def train_ppo(policy: GPT, task: Task, config: PPOConfig, tokenizer=None, reward_fn: RewardFn | None = None) -> list[dict]:
+def train_ppo(policy: GPT, task: Task, config: PPOConfig, tokenizer=None, reward_fn: RewardFn | None = None,
+              critic_from=None, callback: Callable[[dict, GPT], None] | None = None) -> list[dict]:
     """Train `policy` in place on `task` (its prompts and gold metrics); returns one dict of metrics
-    per step. reward_fn: a TRL-style reward function to train on instead of the task's rewards."""
+    per step. reward_fn: a TRL-style reward function to train on instead of the task's rewards.
+    critic_from: a reward model to initialize the critic from (default: the policy, value 0).
+    callback(metrics, policy): called after every step's update, e.g. to measure the policy every
+    few steps; what it adds to `metrics` lands in the history."""
     check_inputs(policy, task, config, PPOConfig)
+    if critic_from is not None and not isinstance(critic_from, RewardModel):
+        raise TypeError(f"critic_from must be a minirl reward model (minirl.reward_model.load_reward_model), got "
+                        f"{type(critic_from).__name__}")
     enc = tokenizer or load_tokenizer()
-    ppo = PPO(policy, config)
+    ppo = PPO(policy, config, critic_from)
     generator = torch.Generator().manual_seed(config.seed)  # sampling
     history = []
     last = time.perf_counter()
@@ -178,6 +187,9 @@ def train_ppo(policy: GPT, task: Task, config: PPOConfig, tokenizer=None, reward
         metrics.update(ppo.update(rollout, batch, step))
         now = time.perf_counter()
         metrics["step_time"], last = now - last, now  # sampling included
+        if callback is not None:
+            callback(metrics, policy)
+            last = time.perf_counter()  # the callback's own time is not the step's
         history.append(metrics)
     policy.eval()
     return history

@@ -53,13 +53,17 @@ class RewardModel(nn.Module):
         self.register_buffer("reward_mean", torch.zeros((), dtype=torch.float64))
         self.register_buffer("reward_std", torch.ones((), dtype=torch.float64))
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.scores_and_hidden(input_ids)[0]
+    def forward(self, input_ids: torch.Tensor, last: torch.Tensor | None = None) -> torch.Tensor:
+        return self.scores_and_hidden(input_ids, last)[0]
 
-    def scores_and_hidden(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Raw scores (B,) and the trunk's hidden states (B, T, C), which the imitation loss reuses."""
+    def scores_and_hidden(self, input_ids: torch.Tensor, last: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Raw scores (B,) and the trunk's hidden states (B, T, C), which the imitation loss reuses.
+        last: (B,) each row's last real position when the caller knows the lengths; by default it
+        is found as the rightmost token that is not padding (Hugging Face's rule), which needs a
+        text free of the pad token itself."""
         hidden = self.transformer.hidden_states(input_ids)  # (B, T, C)
-        last = last_token_index(input_ids, self.pad_token_id)  # (B,)
+        if last is None:
+            last = last_token_index(input_ids, self.pad_token_id)  # (B,)
         return self.score(hidden[torch.arange(input_ids.size(0), device=input_ids.device), last]).squeeze(-1), hidden
 
     def normalized(self, raw: torch.Tensor) -> torch.Tensor:
@@ -113,13 +117,17 @@ def from_base(base: GPT | None = None, tokenizer=None) -> RewardModel:
 
 @torch.no_grad()
 def score_ids(rm: RewardModel, seqs: list[list[int]], normalized: bool = False, batch_size: int = 256) -> torch.Tensor:
-    """(B,) float64 scores of token-id sequences (prompt + completion [+ EOS]) on the CPU."""
+    """(B,) float64 scores of token-id sequences (prompt + completion [+ EOS]) on the CPU. Each is
+    read at its own last token, known from its length: a policy under optimization pressure can
+    write the pad token itself, and such a row must not be mistaken for a padded one."""
     was_training = rm.training
     rm.eval()
     device = rm.score.weight.device
     out = []
     for i in range(0, len(seqs), batch_size):
-        raw = rm(right_pad(seqs[i:i + batch_size], rm.pad_token_id, device)).double()
+        chunk = seqs[i:i + batch_size]
+        last = torch.tensor([len(s) - 1 for s in chunk], device=device)
+        raw = rm(right_pad(chunk, rm.pad_token_id, device), last).double()
         out.append(rm.normalized(raw) if normalized else raw)
     rm.train(was_training)
     return torch.cat(out).cpu() if out else torch.zeros(0, dtype=torch.float64)

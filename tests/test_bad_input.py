@@ -15,11 +15,12 @@ import pytest
 import torch
 
 import minirl
-from minirl import advantages, check, evaluate, kl, losses, memory, ops, paths, tasks
+from minirl import advantages, best_of_n, check, evaluate, kl, losses, memory, ops, overoptimization, paths, rlhf, sft, tasks
 from minirl.grpo_trainer import GRPOConfig
 from minirl.model import GPTConfig
 from minirl.pg_trainer import PGConfig
 from minirl.ppo_trainer import PPOConfig
+from minirl.raft import RAFTConfig
 from minirl.sampling import sample_tokens
 
 
@@ -263,7 +264,7 @@ CASES = [
     ("datasets: family None", lambda: minirl.datasets.load_corpus(None), ValueError, "unknown family None"),
     ("datasets: split None", lambda: minirl.datasets.load_preferences(None), ValueError, "unknown split None"),
     ("datasets: unknown split", lambda: minirl.datasets.load_prompts("reviews", "validation"), ValueError, "unknown split"),
-    ("checkpoint_card: unknown name", lambda: minirl.model.checkpoint_card("sft"), ValueError, "unknown model 'sft'"),
+    ("checkpoint_card: unknown name", lambda: minirl.model.checkpoint_card("dpo"), ValueError, "unknown model 'dpo'"),
     # ------------------------------------------------------------ rewards and the micro world
     ("reward function: strings, not lists", lambda: minirl.rewards.review_proxy_reward("review:", " great ."), TypeError,
      "prompts must be a list of strings"),
@@ -304,6 +305,38 @@ CASES = [
     ("arithmetic_pass_at_k: no prompts", lambda: evaluate.arithmetic_pass_at_k(model(), minirl.load_tokenizer(), [], 4, (1,),
                                                                               None), ValueError, "no prompts given"),
     ("pass_at_k: k > n", lambda: evaluate.pass_at_k(4, 1, 8), ValueError, "1 <= k <= n"),
+    # ------------------------------------------------------------ lesson 08: SFT, best-of-N, RAFT, over-optimization
+    ("SFTConfig: zero steps", lambda: sft.SFTConfig(steps=0), ValueError, "steps must be"),
+    ("SFTConfig: negative learning rate", lambda: sft.SFTConfig(lr=-1e-4), ValueError, "lr must be"),
+    ("train_sft: no demonstrations", lambda: sft.train_sft(model(), []), ValueError, "non-empty list"),
+    ("train_sft: a pair where a demonstration goes", lambda: sft.train_sft(model(), [{"prompt": "order:", "chosen": " x"}]),
+     ValueError, "'prompt' and 'completion'"),
+    ("train_sft: one record, not a list", lambda: sft.train_sft(model(), {"prompt": "order:", "completion": " x"}), ValueError,
+     "non-empty list"),
+    ("train_sft: a config of another trainer", lambda: sft.train_sft(model(), [{"prompt": "order:", "completion": " x"}],
+                                                                     PPOConfig()), TypeError, "SFTConfig"),
+    ("RAFTConfig: n = 0", lambda: RAFTConfig(n=0), ValueError, "n must be"),
+    ("best_of_n: n = 0", lambda: best_of_n.kl_bound(0), ValueError, "n must be"),
+    ("select_best: groups that do not divide", lambda: best_of_n.select_best(torch.zeros(7), 2), ValueError,
+     "multiple of n=2"),
+    ("exact_distribution: shapes differ", lambda: best_of_n.exact_distribution(torch.ones(3) / 3, torch.zeros(4), 2),
+     ValueError, "one shape"),
+    ("fit_gao: one point", lambda: overoptimization.fit_gao([1.0], [0.5], "rl"), ValueError, "at least two"),
+    ("fit_gao: every point at one KL", lambda: overoptimization.fit_gao([1.0, 1.0], [0.5, 0.5], "bon"), ValueError,
+     "two or more different KLs"),
+    ("exact_distribution: probabilities summing to 2", lambda: best_of_n.exact_distribution(torch.ones(2), torch.zeros(2), 2),
+     ValueError, "summing to 1"),
+    ("fit_gao: negative KL", lambda: overoptimization.fit_gao([-1.0, 1.0], [0.0, 0.5], "rl"), ValueError, ">= 0"),
+    ("fit_gao: unknown form", lambda: overoptimization.fit_gao([0.5, 1.0], [0.0, 0.5], "ppo"), ValueError,
+     "unknown form 'ppo'"),
+    ("support_curve: probabilities not summing to 1", lambda: overoptimization.support_curve(
+        torch.ones(3), torch.zeros(3), torch.zeros(3), betas=[1.0]), ValueError, "sum to 1"),
+    ("tilted: beta 0", lambda: overoptimization.tilted(torch.ones(2) / 2, torch.zeros(2), 0.0), ValueError, "beta must be"),
+    ("win_rate: an empty side", lambda: rlhf.win_rate([], [1.0]), ValueError, "non-empty"),
+    ("gold_pairs: nothing to compare", lambda: rlhf.gold_pairs([" one tea ."] * 3, 5, 0), ValueError, "two different"),
+    ("train_ppo: a critic from a string", lambda: minirl.ppo_trainer.train_ppo(model(), tasks.orders_task(), PPOConfig(),
+                                                                               critic_from="rm_all"), TypeError,
+     "critic_from must be a minirl reward model"),
 ]
 
 

@@ -52,3 +52,21 @@ def test_lesson_05_06_checkers(capsys):
     assert verdict(capsys, check.group_advantages, population_std).startswith("FAIL group_advantages")
     assert verdict(capsys, check.kl_k3, kl.kl_k3).startswith("PASS kl_k3: 5 cases")
     assert verdict(capsys, check.kl_k3, lambda p, q: kl.kl_k3(q, p)).startswith("FAIL kl_k3")  # sign of log ratio flipped
+
+
+def test_lesson_08_checkers(capsys):
+    from minirl import best_of_n, losses
+    assert verdict(capsys, check.sft_loss, losses.sft_loss).startswith("PASS sft_loss: 5 cases")
+    counts_the_prompt = lambda logits, tokens, mask: losses.sft_loss(logits, tokens, torch.ones_like(mask))  # noqa: E731
+    assert verdict(capsys, check.sft_loss, counts_the_prompt).startswith("FAIL sft_loss")
+    per_row_mean = lambda logits, tokens, mask: ops.masked_mean(  # noqa: E731
+        ops.masked_mean(ops.token_logprobs(logits, tokens), mask, dim=1), torch.ones(tokens.size(0))) * -1
+    assert verdict(capsys, check.sft_loss, per_row_mean).startswith("FAIL sft_loss")
+    assert verdict(capsys, check.select_best, best_of_n.select_best).startswith("PASS select_best: 6 cases")
+    last_of_ties = lambda s, n: torch.arange(len(s) // n) * n + (n - 1 - s.view(-1, n).flip(1).argmax(1))  # noqa: E731
+    assert verdict(capsys, check.select_best, last_of_ties).startswith("FAIL select_best")
+    within_group = lambda s, n: s.view(-1, n).argmax(1)  # noqa: E731  the position in the group, not in scores
+    assert verdict(capsys, check.select_best, within_group).startswith("FAIL select_best")
+    assert verdict(capsys, check.best_of_n_kl_bound, best_of_n.kl_bound).startswith("PASS best_of_n_kl_bound: 6 cases")
+    assert verdict(capsys, check.best_of_n_kl_bound, lambda n: math.log(n)).startswith("FAIL best_of_n_kl_bound")
+    assert "not implemented yet" in verdict(capsys, check.select_best, not_done)
