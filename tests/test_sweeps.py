@@ -110,3 +110,29 @@ def test_rlhf_pipeline_holds_on_more_seeds(seed):
     recorded = next(r for r in script.read_rows("rlhf_evals") if r["run"] == "ppo" and r["beta"] == script.PIPELINE_BETA
                     and r["seed"] == seed and r["step"] == script.PIPELINE_STEPS)
     assert after["gold"] == pytest.approx(recorded["gold"], abs=0.4)
+
+
+@pytest.mark.slow
+def test_retraining_the_weakest_reward_model_reproduces_its_column():
+    """Lesson 08 asserts, exactly and from rm_scores.csv, that the weakest reward model (rm_50_1) turns
+    over by at least 0.3 inside the valid orders; this retrains it with the script and recomputes the
+    same curve from the live model (identical on the machine that wrote the CSV; elsewhere float
+    order can move a few scores, so within a tolerance)."""
+    import torch
+
+    import minirl
+    from minirl import overoptimization, preferences, rewards, rlhf, world
+
+    script = load_script("rlhf")
+    _, live = script.rm_scores_run(50, 1, str(SWEEPS))  # 50 pairs: nothing is saved (only all-pair models are)
+    live = torch.tensor(live, dtype=torch.float64)
+    recorded = torch.tensor([r["rm_50_1"] for r in script.read_rows("rm_scores")], dtype=torch.float64)
+    texts, ref, _ = rlhf.valid_order_distribution(minirl.load_model("sft"))
+    gold = torch.tensor([rewards.order_utility(t) for t in texts], dtype=torch.float64)
+    probs = torch.tensor(world.order_distribution()[1], dtype=torch.float64)
+    betas = [10 ** (1 - k / 8) for k in range(41)]
+    turnover = {name: overoptimization.turnover(overoptimization.support_curve(ref, s, gold, betas=betas))
+                for name, s in (("live", live), ("recorded", recorded))}
+    assert preferences.expected_accuracy(live, gold, probs) == pytest.approx(
+        preferences.expected_accuracy(recorded, gold, probs), abs=0.02)
+    assert turnover["live"] == pytest.approx(turnover["recorded"], abs=0.1)  # 0.307 both, measured on the CSV's machine
