@@ -23,8 +23,7 @@ import math
 
 import torch
 
-from . import best_of_n
-from . import validate
+from . import best_of_n, validate
 
 FORMS = ("bon", "rl")
 

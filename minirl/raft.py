@@ -26,8 +26,8 @@ import torch
 from . import validate
 from .best_of_n import select_best
 from .model import GPT
-from .sft import SFTConfig, fit
 from .sampling import sample
+from .sft import SFTConfig, fit
 from .tasks import RewardFn, Task, training_rewards
 from .tokenizer import PAD, load_tokenizer
 from .training import check_inputs
