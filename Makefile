@@ -53,4 +53,5 @@ benchmark: install
 	$(BIN)/python benchmarks/sampler_vs_hf.py
 	$(BIN)/python benchmarks/sampler_floor.py
 	$(BIN)/python benchmarks/grpo_vs_trl.py
+	$(BIN)/python benchmarks/dpo_vs_trl.py
 	$(BIN)/python benchmarks/rlhf_ppo_step.py

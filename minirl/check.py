@@ -519,3 +519,58 @@ def best_of_n_kl_bound(student_fn) -> None:
     """Check best_of_n_kl_bound(n) -> log N - (N - 1)/N, the KL of best-of-N with continuous rewards."""
     cases = [(f"N = {n}", (n,)) for n in (1, 2, 4, 16, 100, 10_000)]
     run_cases("best_of_n_kl_bound", student_fn, lambda n: math.log(n) - (n - 1) / n, cases)
+
+
+# ---------------------------------------------------------------- lesson 09
+def _loop_dpo(pc, pr, rc, rr, beta):
+    """loss, then the chosen and the rejected implicit rewards, as one vector (1 + 2B,)."""
+    total, chosen, rejected = 0.0, [], []
+    for a, b, c, d in zip(pc.tolist(), pr.tolist(), rc.tolist(), rr.tolist()):
+        h = beta * ((a - c) - (b - d))
+        total += math.log1p(math.exp(-h)) if h > -30 else -h  # -log sigmoid(h)
+        chosen.append(beta * (a - c))
+        rejected.append(beta * (b - d))
+    return torch.tensor([total / len(chosen)] + chosen + rejected, dtype=torch.float64)
+
+
+def _flat_dpo(student_fn):
+    def run(*args):
+        out = student_fn(*args)
+        if not isinstance(out, tuple) or len(out) != 3:
+            raise TypeError("return three things: (loss, chosen_rewards, rejected_rewards)")
+        loss, chosen, rejected = (as_numbers(x) for x in out)
+        return torch.cat([loss.reshape(1), chosen.reshape(-1), rejected.reshape(-1)])
+    return run
+
+
+def dpo_loss(student_fn) -> None:
+    """Check dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta) -> (loss,
+    chosen_rewards, rejected_rewards): the mean over pairs of -log sigmoid(beta * h), h the
+    log-ratio margin, and the implicit rewards beta * (log pi - log pi_ref) of each side."""
+    g = torch.Generator().manual_seed(0)
+    pc, pr, rc, rr = (-4 * torch.rand(6, generator=g, dtype=torch.float64) for _ in range(4))
+    cases = [("six pairs, beta = 0.1", (pc, pr, rc, rr, 0.1)),
+             ("beta = 2", (pc, pr, rc, rr, 2.0)),
+             ("the policy is the reference: log 2, rewards 0", (pc, pr, pc.clone(), pr.clone(), 0.5)),
+             ("a margin of -1000 (log sigmoid, not log of sigmoid)", (pc - 1000, pr, rc, rr, 1.0)),
+             ("one pair", (pc[:1], pr[:1], rc[:1], rr[:1], 0.3))]
+    run_cases("dpo_loss", _flat_dpo(student_fn), _loop_dpo, cases)
+
+
+def _loop_sequence_logprob(logprobs, mask):
+    return torch.tensor([sum(float(x) for x, m in zip(row, mrow) if m) for row, mrow in zip(logprobs, mask)],
+                        dtype=torch.float64)
+
+
+def sequence_logprob(student_fn) -> None:
+    """Check sequence_logprob(logprobs, mask) -> (B,) the sum of each row's log-probs where mask is 1."""
+    g = torch.Generator().manual_seed(0)
+    x = -3 * torch.rand(3, 5, generator=g, dtype=torch.float64)
+    ragged = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.float64)
+    junk = x.clone()
+    junk[ragged == 0] = -math.inf  # a padded position can hold -inf (log 0): it must not reach the sum
+    cases = [("ragged rows", (x, ragged)),
+             ("-inf on the padding", (junk, ragged)),
+             ("no padding", (x, torch.ones(3, 5, dtype=torch.float64))),
+             ("an all-padding tail after one token", (x[2:], ragged[2:]))]
+    run_cases("sequence_logprob", student_fn, _loop_sequence_logprob, cases)

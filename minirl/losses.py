@@ -238,3 +238,84 @@ def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Ten
         raise ValueError(f"margin must be finite and >= 0, got {margin!r}")
     nll = -(y * F.logsigmoid(delta - m) + (1 - y) * F.logsigmoid(-delta - m))  # (B,)
     return nll.mean()
+
+
+DPO_LOSS_TYPES = ("sigmoid", "ipo")
+
+
+def _pair_tensors(**tensors: torch.Tensor) -> torch.Tensor:
+    """Check that every tensor is a float (B,) of one shape with B >= 1; return the first."""
+    first = None
+    for name, x in tensors.items():
+        check_float(name, x)
+        if x.dim() != 1 or (first is not None and x.shape != first.shape):
+            shapes = {k: tuple(v.shape) for k, v in tensors.items()}
+            raise ValueError(f"{', '.join(tensors)} must be (B,) tensors of one shape (one sequence log-prob per "
+                             f"response), got {shapes}")
+        first = x if first is None else first
+    if first.numel() == 0:
+        raise ValueError("no pairs: the loss needs at least one (chosen, rejected) pair")
+    return first
+
+
+def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor, ref_chosen_logps: torch.Tensor,
+             ref_rejected_logps: torch.Tensor, beta: float, loss_type: str = "sigmoid",
+             label_smoothing: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Direct preference optimization (Rafailov et al. 2023) and IPO (Azar et al. 2023), mean over pairs.
+
+    Inputs are (B,) sequence log-probs log pi(y | x) of the chosen and rejected responses under the
+    policy (with gradient) and the frozen reference. With the log-ratio margin
+
+        h = [log pi(y_c) - log pi_ref(y_c)] - [log pi(y_r) - log pi_ref(y_r)]
+
+    'sigmoid' (DPO):  -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h)
+                      the Bradley-Terry loss of the implicit reward beta log(pi / pi_ref); eps =
+                      `label_smoothing`, the probability that a label is flipped (conservative DPO,
+                      Mitchell 2023): the loss of soft labels y = 1 - eps. It is log 2 at pi = pi_ref.
+    'ipo':            (h - (1 - 2 eps) / (2 beta))^2
+                      IPO's squared loss: with hard labels (eps = 0) the margin's target is
+                      1/(2 beta), Azar et al.'s 1/(2 tau); with eps it is the target of a soft label
+                      y = 1 - eps, (y - 1/2)/beta. Azar et al. define no label smoothing for IPO;
+                      TRL's 'ipo' ignores it.
+
+    Returns (loss, chosen_rewards, rejected_rewards): the implicit rewards beta * (log pi - log
+    pi_ref) of each response, (B,), detached (they are for reading, not for gradients).
+    """
+    _pair_tensors(policy_chosen_logps=policy_chosen_logps, policy_rejected_logps=policy_rejected_logps,
+                  ref_chosen_logps=ref_chosen_logps, ref_rejected_logps=ref_rejected_logps)
+    validate.number("beta", beta, 0.0, open_low=True)
+    validate.choice("loss_type", loss_type, DPO_LOSS_TYPES)
+    validate.number("label_smoothing", label_smoothing, 0.0, 0.5)
+    chosen = policy_chosen_logps - ref_chosen_logps  # (B,) log pi/pi_ref of y_c
+    rejected = policy_rejected_logps - ref_rejected_logps
+    h = chosen - rejected  # (B,)
+    if loss_type == "sigmoid":
+        losses = -(1 - label_smoothing) * F.logsigmoid(beta * h) - label_smoothing * F.logsigmoid(-beta * h)
+    else:
+        losses = (h - (1 - 2 * label_smoothing) / (2 * beta)) ** 2
+    return losses.mean(), beta * chosen.detach(), beta * rejected.detach()
+
+
+def simpo_loss(chosen_avg_logps: torch.Tensor, rejected_avg_logps: torch.Tensor, beta: float,
+               gamma: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SimPO (Meng et al. 2024): no reference model; the reward is the length-normalized log-prob
+    beta * (1/|y|) log pi(y | x), and the chosen side must win by a margin gamma:
+
+        loss = -log sigmoid(beta * (avg_c - avg_r) - gamma),   mean over pairs
+
+    chosen_avg_logps, rejected_avg_logps: (B,) *per-token mean* log-probs of each response.
+    Returns (loss, chosen_rewards, rejected_rewards), the rewards beta * avg log-prob, detached.
+    TRL writes the same loss as beta * (avg_c - avg_r - gamma / beta)."""
+    _pair_tensors(chosen_avg_logps=chosen_avg_logps, rejected_avg_logps=rejected_avg_logps)
+    validate.number("beta", beta, 0.0, open_low=True)
+    validate.number("gamma", gamma, 0.0)
+    loss = -F.logsigmoid(beta * (chosen_avg_logps - rejected_avg_logps) - gamma).mean()
+    return loss, beta * chosen_avg_logps.detach(), beta * rejected_avg_logps.detach()
+
+
+def preference_accuracy(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor) -> float:
+    """The share of pairs whose chosen response has the higher reward, a tie counting 1/2: at the
+    start of DPO every implicit reward is 0, so the accuracy there is 1/2, not 0."""
+    _pair_tensors(chosen_rewards=chosen_rewards, rejected_rewards=rejected_rewards)
+    wins = (chosen_rewards > rejected_rewards).double() + 0.5 * (chosen_rewards == rejected_rewards).double()
+    return wins.mean().item()

@@ -55,6 +55,13 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
     return masked_sum(x, mask, dim) / count  # 0 / 0 = NaN for an all-masked slice
 
 
+def sequence_logprob(logprobs: torch.Tensor, mask: torch.Tensor, average: bool = False) -> torch.Tensor:
+    """(B,) log pi(y | x) of whole responses from per-token log-probs (B, T) and their 0/1 mask: the
+    sum over each row's tokens (the sequence's log-probability, what DPO's derivation uses), or with
+    `average` the per-token mean (the length-normalized score of SimPO and TRL's IPO)."""
+    return masked_mean(logprobs, mask, dim=1) if average else masked_sum(logprobs, mask, dim=1)
+
+
 def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
     """Variance of the masked entries of x (all dims); with `unbiased`, divides by count - 1, so
     one entry gives NaN (0 / 0), as no entry does for the mean."""

@@ -25,7 +25,7 @@ import torch
 from . import datasets, losses, paths, validate
 from .model import CHECKPOINTS, GPT, load_model, save_checkpoint
 from .notebook import progress
-from .ops import masked_sum, token_logprobs
+from .ops import sequence_logprob, token_logprobs
 from .reward_model import batches, response_mask, right_pad, sequence_ids
 from .tokenizer import PAD, load_tokenizer
 from .training import check_finite, optimizer_step
@@ -78,13 +78,13 @@ def sft_loss_on(model: GPT, items: list[tuple[list[int], int]], pad: int) -> tor
     return losses.sft_loss(model(ids[:, :-1]), ids[:, 1:], mask)
 
 
-def sequence_logprobs(model: GPT, items: list[tuple[list[int], int]], pad: int) -> torch.Tensor:
+def sequence_logprobs(model: GPT, items: list[tuple[list[int], int]], pad: int, average: bool = False) -> torch.Tensor:
     """(B,) log pi(completion + EOS | prompt) of tokenized demos: the sum of their response tokens'
-    log-probs (with gradient, if enabled)."""
+    log-probs (with gradient, if enabled), or with `average` their per-token mean."""
     ids, mask = response_batch(items, pad, next(model.parameters()).device)
     logits = model(ids[:, :-1])  # (B, T-1, V)
     logits = torch.where(mask.bool()[..., None], logits, torch.zeros_like(logits))  # padding never reaches the sum
-    return masked_sum(token_logprobs(logits, ids[:, 1:]), mask, dim=1)
+    return sequence_logprob(token_logprobs(logits, ids[:, 1:]), mask, average)
 
 
 def train_sft(policy: GPT, demos: list[dict], config: SFTConfig = SFTConfig(), tokenizer=None,

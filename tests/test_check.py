@@ -70,3 +70,21 @@ def test_lesson_08_checkers(capsys):
     assert verdict(capsys, check.best_of_n_kl_bound, best_of_n.kl_bound).startswith("PASS best_of_n_kl_bound: 6 cases")
     assert verdict(capsys, check.best_of_n_kl_bound, lambda n: math.log(n)).startswith("FAIL best_of_n_kl_bound")
     assert "not implemented yet" in verdict(capsys, check.select_best, not_done)
+
+
+def test_lesson_09_checkers(capsys):
+    from minirl import losses
+    dpo = lambda *args: losses.dpo_loss(*args)  # noqa: E731
+    assert verdict(capsys, check.dpo_loss, dpo).startswith("PASS dpo_loss: 5 cases")
+    swapped_ref = lambda pc, pr, rc, rr, beta: losses.dpo_loss(pc, pr, rr, rc, beta)  # noqa: E731
+    assert verdict(capsys, check.dpo_loss, swapped_ref).startswith("FAIL dpo_loss")
+    naive = lambda pc, pr, rc, rr, beta: (-torch.log(torch.sigmoid(beta * (pc - rc - pr + rr))).mean(),  # noqa: E731
+                                          beta * (pc - rc), beta * (pr - rr))
+    assert verdict(capsys, check.dpo_loss, naive).startswith("FAIL dpo_loss: 1 of 5")
+    loss_only = lambda *args: losses.dpo_loss(*args)[0]  # noqa: E731
+    assert "return three things" in verdict(capsys, check.dpo_loss, loss_only)
+    assert verdict(capsys, check.sequence_logprob, ops.sequence_logprob).startswith("PASS sequence_logprob: 4 cases")
+    times_mask = lambda x, m: (x * m).sum(1)  # noqa: E731  -inf * 0 = NaN
+    assert verdict(capsys, check.sequence_logprob, times_mask).startswith("FAIL sequence_logprob: 1 of 4")
+    assert verdict(capsys, check.sequence_logprob, lambda x, m: x.sum(1)).startswith("FAIL sequence_logprob")
+    assert "not implemented yet" in verdict(capsys, check.dpo_loss, not_done)

@@ -5,7 +5,9 @@ loss inside `GRPOTrainer._compute_loss`, so we build real trainers on a tiny ran
 word-level tokenizer (tests/trl_tiny.py), hand them rewards we chose, and compare with
 minirl.advantages and minirl.losses.grpo_loss on the same tensors. Our aggregation modes map to
 TRL's `loss_type`: sequence_mean = "grpo", token_mean = "bnpo" (and "dapo" within one batch),
-constant = "dr_grpo" with max_len = max_completion_length.
+constant = "dr_grpo" with max_len = max_completion_length. DPO's loss lives in
+`DPOTrainer._compute_loss`; we build a real DPOTrainer too and compare it with minirl.losses.dpo_loss
+on log-probs from minirl.dpo.pair_logprobs.
 """
 import pytest
 import torch
@@ -15,10 +17,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWa
 pytest.importorskip("trl", reason="TRL is not installed: `pip install -c constraints.txt -e .[dev]` pins it")
 
 from minirl import advantages, losses  # noqa: E402
-from minirl.export import to_hf_gpt2  # noqa: E402
+from minirl.dpo import pair_logprobs  # noqa: E402
+from minirl.export import CONV1D, to_hf_gpt2  # noqa: E402
 from minirl.model import GPT, GPTConfig  # noqa: E402
 from minirl.ops import token_logprobs  # noqa: E402
-from trl_tiny import random_prompts, trainer, word_tokenizer  # noqa: E402
+from trl_tiny import dpo_trainer, random_prompts, trainer, word_tokenizer  # noqa: E402
 
 VOCAB, G, PROMPTS, NEW = 64, 4, 3, 6
 # per group: spread rewards, all equal (zero advantage, never NaN), one success among failures
@@ -100,3 +103,63 @@ def test_grpo_loss_matches_trl(aggregation, loss_type, kl_ratio_weight, tmp_path
     assert ours.item() == pytest.approx(trl_loss.item(), abs=1e-6)
     for a, b in zip(trl_grads, [p.grad for p in model.parameters()]):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def ragged_pairs(n: int, seed: int = 3) -> list[dict]:
+    """n preference pairs of word tokens: prompts of 2-4 words, responses of 1-5 (TRL adds EOS)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def words(k):
+        return " ".join(f"w{i}" for i in torch.randint(0, VOCAB - 2, (k,), generator=g).tolist())
+    return [{"prompt": words(2 + i % 3), "chosen": " " + words(1 + i % 4), "rejected": " " + words(1 + 3 * i % 5)}
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("loss_type, average", [("sigmoid", False), ("ipo", True)])
+def test_dpo_loss_matches_trl(loss_type, average, tmp_path):
+    """One collated batch of ragged pairs, a reference and a policy that differ (so the margins are
+    not zero): TRL's DPO loss and gradients equal minirl.losses.dpo_loss on log-probs from
+    minirl.dpo.pair_logprobs of our GPT with the same weights, and so do the implicit rewards TRL
+    logs. 'sigmoid' takes summed log-probs. TRL's 'ipo' divides each side's log-ratio by its
+    completion length (EOS included): our 'ipo' on per-token mean log-probs (average=True), whose
+    rewards are TRL's divided by that length."""
+    beta, n = 0.3, 6
+    torch.manual_seed(0)
+    reference = GPT(GPTConfig(vocab_size=VOCAB, n_ctx=32, n_embd=32, n_layer=2, n_head=2))
+    policy = GPT(reference.config)
+    policy.load_state_dict(reference.state_dict())
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    tokenizer = word_tokenizer(VOCAB)
+    tr = dpo_trainer(to_hf_gpt2(policy), to_hf_gpt2(reference), tokenizer, ragged_pairs(n), tmp_path, beta=beta,
+                     batch_size=n, loss_type=loss_type)
+    rows = [tr.train_dataset[i] for i in range(n)]
+    batch = tr.data_collator(rows)
+    assert batch["completion_mask"].sum(1).unique().numel() > 2, "ragged responses: the mask must matter"
+    model = tr.model.train()
+    trl_loss = tr.compute_loss(model, batch)
+    trl_loss.backward()
+    trl = {k: v[-1] for k, v in tr._metrics["train"].items()}
+
+    items = [(r["prompt_ids"] + r["chosen_ids"], len(r["prompt_ids"]), r["prompt_ids"] + r["rejected_ids"], 1.0)
+             for r in rows]
+    pad = tokenizer.pad_token_id
+    with torch.no_grad():
+        ref_c, ref_r = pair_logprobs(reference, items, pad, average)
+    ours, r_c, r_r = losses.dpo_loss(*pair_logprobs(policy, items, pad, average), ref_c, ref_r, beta, loss_type)
+    ours.backward()
+    assert (r_c - r_r).abs().min() > 1e-3
+    assert ours.item() == pytest.approx(trl_loss.item(), abs=1e-5)
+    hf = dict(model.named_parameters())
+    for name, p in policy.named_parameters():
+        g = hf[f"transformer.{name}"].grad
+        assert torch.allclose(p.grad, g.t() if name.endswith(CONV1D) else g, atol=1e-5), name
+
+    if average:  # back to TRL's rewards, beta times the summed log-ratio
+        r_c = r_c * torch.tensor([len(r["chosen_ids"]) for r in rows])
+        r_r = r_r * torch.tensor([len(r["rejected_ids"]) for r in rows])
+    assert r_c.mean().item() == pytest.approx(trl["rewards/chosen"], abs=1e-5)
+    assert r_r.mean().item() == pytest.approx(trl["rewards/rejected"], abs=1e-5)
+    assert (r_c - r_r).mean().item() == pytest.approx(trl["rewards/margins"], abs=1e-5)
+    assert losses.preference_accuracy(r_c, r_r) == pytest.approx(trl["rewards/accuracies"])  # no ties here

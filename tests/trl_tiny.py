@@ -1,8 +1,8 @@
 """A tiny Hugging Face world for cross-checks and benchmarks against TRL: a word-level tokenizer
 ("w0 w1 ..."), a random-init GPT-2 layout, and TRL trainers built on them, all offline.
 
-Used by tests/test_trl_reference.py and benchmarks/grpo_vs_trl.py. TRL, transformers and
-datasets are imported lazily so that importing this module never needs them.
+Used by tests/test_trl_reference.py, benchmarks/grpo_vs_trl.py and benchmarks/dpo_vs_trl.py. TRL,
+transformers and datasets are imported lazily so that importing this module never needs them.
 """
 from __future__ import annotations
 
@@ -49,3 +49,22 @@ def trainer(kind: str, model, tokenizer, prompts: list[str], reward_fn, workdir:
     )
     return Trainer(model=str(path), reward_funcs=reward_fn, args=args, train_dataset=Dataset.from_dict({"prompt": prompts}),
                    processing_class=tokenizer)
+
+
+def dpo_trainer(model, ref_model, tokenizer, pairs: list[dict], workdir: Path, *, beta: float, batch_size: int,
+                loss_type: str = "sigmoid", **config):
+    """TRL's DPOTrainer on CPU, nothing logged or saved, on pairs {'prompt', 'chosen', 'rejected'} of
+    texts (TRL appends EOS to each response and tokenizes prompt + response; start a response with
+    a space). `model` and `ref_model` are instances; ref_model None needs precompute_ref_log_probs=True
+    (TRL then scores the pairs with the policy before training; otherwise it would rebuild a reference
+    from a saved policy's path). `config` goes to the trainer's config; `workdir` holds its output folder."""
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+
+    args = DPOConfig(
+        output_dir=str(Path(workdir) / "output"), use_cpu=True, report_to=[], save_strategy="no",
+        logging_strategy="no", per_device_train_batch_size=batch_size, beta=beta, loss_type=[loss_type], bf16=False,
+        fp16=False, dataloader_num_workers=0, disable_tqdm=True, seed=0, **config,
+    )
+    return DPOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=Dataset.from_list(pairs),
+                      processing_class=tokenizer)
