@@ -319,3 +319,21 @@ def preference_accuracy(chosen_rewards: torch.Tensor, rejected_rewards: torch.Te
     _pair_tensors(chosen_rewards=chosen_rewards, rejected_rewards=rejected_rewards)
     wins = (chosen_rewards > rejected_rewards).double() + 0.5 * (chosen_rewards == rejected_rewards).double()
     return wins.mean().item()
+
+
+def gail_discriminator_loss(expert_logits: torch.Tensor, policy_logits: torch.Tensor) -> torch.Tensor:
+    """GAIL's discriminator loss (Ho & Ermon 2016), with D = sigmoid(logit) = P(expert): binary
+    cross-entropy with label 1 on the expert's samples and 0 on the policy's,
+
+        loss = 1/2 [ mean over expert of -log D  +  mean over policy of -log(1 - D) ]
+
+    so the two classes weigh the same whatever the batch sizes, and the minimizer over all
+    discriminators is D*(tau) = p_E(tau) / (p_E(tau) + p_pi(tau)); log 2 at D = 1/2 everywhere.
+    Deviation: Ho & Ermon write D as the probability of the *policy* (D = 1 on the learner); the
+    course fixes D = P(expert), the convention of most libraries. expert_logits (n,), policy_logits (m,)."""
+    check_float("expert_logits", expert_logits)
+    check_float("policy_logits", policy_logits)
+    if expert_logits.dim() != 1 or policy_logits.dim() != 1 or not expert_logits.numel() or not policy_logits.numel():
+        raise ValueError(f"expert_logits and policy_logits must be non-empty 1-D tensors (one logit per sample), got "
+                         f"{tuple(expert_logits.shape)} and {tuple(policy_logits.shape)}")
+    return 0.5 * (-F.logsigmoid(expert_logits).mean() - F.logsigmoid(-policy_logits).mean())

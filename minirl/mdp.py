@@ -172,15 +172,16 @@ class MicroMDP:
         pi = torch.softmax(logits.detach(), dim=-1)
         return self.backward_q(lambda s, q_s: (pi[s] * q_s).sum(), pi.dtype)
 
-    def backward_q(self, state_value, dtype=torch.float64) -> torch.Tensor:
+    def backward_q(self, state_value, dtype=torch.float64, rewards: torch.Tensor | None = None) -> torch.Tensor:
         """Backward induction from the horizon: Q(s, a) = r(s, a) + gamma V(s') (0 after the end),
-        with V(s) = state_value(s, Q(s, .)) once every longer prefix is done. (n_states, n_actions)."""
+        with V(s) = state_value(s, Q(s, .)) once every longer prefix is done. (n_states, n_actions).
+        rewards: a table r(s, a) (n_states, n_actions) to use instead of the world's reward."""
         q = torch.zeros(len(self.states), len(self.actions), dtype=dtype)
         v = torch.zeros(len(self.states), dtype=dtype)
         for s in sorted(range(len(self.states)), key=lambda i: -len(self.states[i][1])):  # longest prefix first
             prompt, prefix = self.states[s]
             for a, action in enumerate(self.actions):
-                q[s, a] = self.reward(prompt, prefix, action)
+                q[s, a] = self.reward(prompt, prefix, action) if rewards is None else rewards[s, a]
                 if not self.ends(prefix, action):
                     q[s, a] += self.gamma * v[self.state_index[(prompt, prefix + (action,))]]
             v[s] = state_value(s, q[s])
@@ -222,6 +223,21 @@ class MicroMDP:
         log_ref = torch.log_softmax(ref_logits.detach().double(), dim=-1)
         q = self.backward_q(lambda s, q_s: beta * torch.logsumexp(log_ref[s] + q_s / beta, dim=0), log_ref.dtype)
         return log_ref + q / beta
+
+    def soft_value_iteration(self, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """MaxEnt soft value iteration for a reward table r(s, a) (n_states, n_actions), backwards from
+        the horizon: Q(s, a) = r(s, a) + V(s') (0 after the end), V(s) = log sum_a exp Q(s, a).
+        Returns (Q, V). The policy pi(a | s) = exp(Q(s, a) - V(s)), i.e. logits Q, writes each
+        completion with probability exp(R(tau)) / Z(x), R the sum of its step rewards, and
+        Z(x) = exp V(prompt state) is the partition function over completions, each counted once
+        (a uniform base measure; `optimal_logits` uses pi_ref's instead). Needs gamma = 1."""
+        if self.gamma != 1.0:
+            raise ValueError("soft value iteration here is for gamma = 1")
+        check_float("rewards", rewards)
+        if tuple(rewards.shape) != self.shape:
+            raise ValueError(f"a reward table has shape {self.shape} (states x actions), got {tuple(rewards.shape)}")
+        q = self.backward_q(lambda s, q_s: torch.logsumexp(q_s, dim=0), rewards.dtype, rewards=rewards)
+        return q, torch.logsumexp(q, dim=1)
 
     # ------------------------------------------------------------ sampling
     def sample(self, logits: torch.Tensor, n: int, generator: torch.Generator | None = None) -> list[tuple[str, tuple[str, ...]]]:

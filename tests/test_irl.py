@@ -1,0 +1,117 @@
+"""Lesson 10's first pieces against references computed apart from them: soft value iteration
+against brute-force enumeration of the micro world's completions, the MaxEnt IRL gradient against
+autograd of the enumerated log-likelihood, exact IRL recovering the world's reward, importance-
+weighted estimates converging to the exact gradient, and GAIL's discriminator loss against its
+closed form and its optimum D* = p_E / (p_E + p_pi) against enumeration."""
+import math
+
+import pytest
+import torch
+
+from minirl import irl, losses
+from minirl.mdp import MicroMDP
+
+
+@pytest.fixture(scope="module")
+def world():
+    mdp = MicroMDP()
+    return mdp, irl.micro_features(mdp), irl.expert_distribution(mdp)
+
+
+def returns(mdp):
+    return torch.tensor([mdp.discounted_return(p, c) for p in mdp.prompts for c in mdp.completions], dtype=torch.float64)
+
+
+def test_soft_value_iteration_matches_enumeration(world):
+    mdp, phi, expert = world
+    r = returns(mdp)
+    for k, prompt in enumerate(mdp.prompts):
+        rows = mdp.table.prompt == k
+        assert torch.allclose(expert[rows], torch.softmax(r[rows], 0), atol=1e-12)
+    theta = 0.3 * torch.randn(phi.size(-1), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    _, log_z = irl.model_distribution(mdp, phi, theta)
+    r_theta = irl.episode_features(mdp, phi) @ theta
+    want = [math.log(sum(math.exp(x) for x in r_theta[mdp.table.prompt == k].tolist())) for k in range(2)]
+    assert torch.allclose(log_z, torch.tensor(want, dtype=torch.float64), atol=1e-12)
+
+
+def test_features_give_the_true_reward(world):
+    mdp, phi, _ = world
+    assert torch.allclose(irl.episode_features(mdp, phi) @ irl.true_theta(mdp), returns(mdp), atol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.5, 2.0])
+def test_maxent_gradient_is_the_likelihood_gradient(world, scale):
+    mdp, phi, expert = world
+    theta = (scale * torch.randn(phi.size(-1), generator=torch.Generator().manual_seed(1), dtype=torch.float64))
+    theta.requires_grad_(True)
+    (want,) = torch.autograd.grad(irl.log_likelihood(mdp, phi, theta, expert), theta)
+    assert torch.allclose(irl.maxent_gradient(mdp, phi, theta, expert), want, atol=1e-12)
+
+
+def test_exact_maxent_irl_recovers_the_reward_and_the_expert(world):
+    mdp, phi, expert = world
+    theta = torch.zeros(phi.size(-1), dtype=torch.float64)
+    for _ in range(500):
+        theta = theta + 2.0 * irl.maxent_gradient(mdp, phi, theta, expert)
+    model, _ = irl.model_distribution(mdp, phi, theta)
+    kl = (expert * (expert.log() - model.log())).sum().item() / len(mdp.prompts)
+    assert kl < 1e-6
+    assert (theta - irl.true_theta(mdp)).abs().max() < 1e-3
+
+
+def test_importance_weighted_gradient_converges_to_the_exact_one(world):
+    mdp, phi, expert = world
+    theta = 0.5 * irl.true_theta(mdp)
+    counts, rows = irl.episode_features(mdp, phi), torch.nonzero(mdp.table.prompt == 0).flatten()
+    model, _ = irl.model_distribution(mdp, phi, theta)
+    expert_term = (expert[rows, None] * counts[rows]).sum(0)
+    exact = expert_term - (model[rows, None] * counts[rows]).sum(0)
+    logq = mdp.episode_log_probs(torch.zeros(mdp.shape, dtype=torch.float64))[rows]  # a uniform-token sampler
+    g = torch.Generator().manual_seed(0)
+    errors = []
+    for m in (100, 10_000):
+        draws = [torch.multinomial(logq.exp(), m, replacement=True, generator=g) for _ in range(10)]
+        errors.append(sum((irl.importance_weighted_gradient(expert_term[None], counts[rows[d]], logq[d], theta) - exact).norm()
+                          for d in draws).item() / 10)
+    assert errors[1] < errors[0] / 5 and errors[1] < 0.03
+
+
+def test_gail_loss_matches_closed_form():
+    e = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+    p = torch.tensor([0.0, 1.5], dtype=torch.float64)
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    want = 0.5 * (sum(-math.log(sig(x)) for x in e.tolist()) / 3 + sum(-math.log(1 - sig(x)) for x in p.tolist()) / 2)
+    assert losses.gail_discriminator_loss(e, p).item() == pytest.approx(want, abs=1e-12)
+    assert losses.gail_discriminator_loss(torch.zeros(5), torch.zeros(2)).item() == pytest.approx(math.log(2), abs=1e-6)
+    assert math.isfinite(losses.gail_discriminator_loss(torch.tensor([-1000.0]), torch.tensor([1000.0])).item())
+    with pytest.raises(ValueError, match="non-empty 1-D"):
+        losses.gail_discriminator_loss(torch.zeros(0), p)
+
+
+def test_gail_optimal_discriminator_is_the_density_ratio():
+    """A tabular discriminator over 5 outcomes, trained on the exact expected loss, lands on
+    D* = p_E / (p_E + p_pi) (expectations written as weighted sums, so the batches are the whole
+    distributions)."""
+    p_e = torch.tensor([0.4, 0.3, 0.2, 0.1, 0.0], dtype=torch.float64)
+    p_pi = torch.tensor([0.1, 0.1, 0.2, 0.3, 0.3], dtype=torch.float64)
+    logits = torch.zeros(5, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([logits], max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-14)
+
+    def closure():
+        opt.zero_grad()
+        # the loss's two means, as expectations: weight each outcome's logit by its probability
+        loss = 0.5 * (-(p_e * torch.nn.functional.logsigmoid(logits)).sum()
+                      - (p_pi * torch.nn.functional.logsigmoid(-logits)).sum())
+        loss.backward()
+        return loss
+    opt.step(closure)
+    d = torch.sigmoid(logits.detach())
+    want = p_e / (p_e + p_pi)
+    assert torch.allclose(d[:4], want[:4], atol=1e-5) and d[4] < 1e-3  # no expert mass: D -> 0
+    # the weighted form is the package's loss on a sample list with those frequencies
+    e_logits = torch.cat([logits.detach()[k].repeat(int(10 * p_e[k])) for k in range(5)])
+    p_logits = torch.cat([logits.detach()[k].repeat(int(10 * p_pi[k])) for k in range(5)])
+    direct = 0.5 * (-(p_e * torch.nn.functional.logsigmoid(logits.detach())).sum()
+                    - (p_pi * torch.nn.functional.logsigmoid(-logits.detach())).sum())
+    assert losses.gail_discriminator_loss(e_logits, p_logits).item() == pytest.approx(direct.item(), abs=1e-9)
