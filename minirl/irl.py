@@ -15,12 +15,16 @@ finite sum over the 80 (prompt, completion) episodes of `MicroMDP.table`, averag
 
 `micro_features` are indicators: one per (prompt, token) and one per prompt for "ended with EOS
 holding the goal token", so the world's true reward is theta* . Phi exactly (`true_theta`).
+
+The plans world (6 activities, 4 per plan) has only 1,296 plans, so MaxEnt IRL over it is exact
+too, with no soft value iteration: `fit_maxent` works on any enumerated set given its feature
+matrix, the exact expert distribution or the demonstrations' frequencies (`empirical_distribution`).
 """
 from __future__ import annotations
 
 import torch
 
-from . import micro
+from . import grammar, micro
 from .mdp import MicroMDP
 
 
@@ -99,3 +103,44 @@ def importance_weighted_gradient(expert_counts: torch.Tensor, sample_counts: tor
     log_w = sample_counts @ theta - sample_logq  # (m,)
     w = torch.softmax(log_w, dim=0)
     return expert_counts.mean(0) - (w[:, None] * sample_counts).sum(0)
+
+
+# ---------------------------------------------------------------- over an enumerable set (plans)
+def plan_features(plans: list[tuple[str, ...]]) -> torch.Tensor:
+    """Simple features of each plan, (n, 6 + 36): how often each activity appears, then how often
+    each ordered pair of activities appears consecutively (a repeat is the pair (a, a)). Every plan
+    has 4 activities and 3 pairs, so adding a constant to all activity weights, or to all pair
+    weights, adds a constant to every plan's reward: those directions are not identified."""
+    acts = grammar.ACTIVITIES
+    index = {a: k for k, a in enumerate(acts)}
+    phi = torch.zeros(len(plans), len(acts) + len(acts) ** 2, dtype=torch.float64)
+    for n, plan in enumerate(plans):
+        for a in plan:
+            phi[n, index[a]] += 1
+        for a, b in zip(plan, plan[1:]):
+            phi[n, len(acts) + index[a] * len(acts) + index[b]] += 1
+    return phi
+
+
+def empirical_distribution(plans: list[tuple[str, ...]], demos: list[tuple[str, ...]]) -> torch.Tensor:
+    """(n,) the share of the demonstrations that are each plan of `plans`."""
+    index = {p: k for k, p in enumerate(plans)}
+    counts = torch.zeros(len(plans), dtype=torch.float64)
+    for d in demos:
+        counts[index[d]] += 1
+    return counts / counts.sum()
+
+
+def fit_maxent(features: torch.Tensor, expert: torch.Tensor, steps: int = 2000, lr: float = 0.5,
+               l2: float = 0.0) -> torch.Tensor:
+    """MaxEnt IRL over an enumerated set: theta maximizing E_expert[Phi] . theta - log sum exp(Phi theta)
+    - (l2/2)|theta|^2 by gradient ascent from 0 (gradient: expert feature counts minus the model's,
+    minus l2 theta). The model is p_theta = softmax(Phi theta), its partition function a plain sum.
+    With demonstrations instead of the exact distribution, a feature never seen would be driven to
+    -inf: l2 > 0 keeps it finite (a deviation from Ziebart et al., who fit without a prior)."""
+    theta = torch.zeros(features.size(1), dtype=torch.float64)
+    target = expert @ features  # (F,)
+    for _ in range(steps):
+        model = torch.softmax(features @ theta, dim=0)
+        theta = theta + lr * (target - model @ features - l2 * theta)
+    return theta

@@ -115,3 +115,47 @@ def test_gail_optimal_discriminator_is_the_density_ratio():
     direct = 0.5 * (-(p_e * torch.nn.functional.logsigmoid(logits.detach())).sum()
                     - (p_pi * torch.nn.functional.logsigmoid(-logits.detach())).sum())
     assert losses.gail_discriminator_loss(e_logits, p_logits).item() == pytest.approx(direct.item(), abs=1e-9)
+
+
+# ---------------------------------------------------------------- plans: every one of the 1,296
+@pytest.fixture(scope="module")
+def plans():
+    from minirl import rewards, world
+    items, probs = world.expert_plan_distribution()
+    truth = torch.tensor([rewards.plan_reward(p) for p in items], dtype=torch.float64)
+    return items, irl.plan_features(items), torch.tensor(probs, dtype=torch.float64), truth
+
+
+def corr(a, b):
+    return torch.corrcoef(torch.stack([a, b]))[0, 1].item()
+
+
+def test_plan_features_can_express_the_hidden_reward(plans):
+    from minirl import grammar, rewards
+    items, phi, _, truth = plans
+    acts = grammar.ACTIVITIES
+    theta = torch.tensor([rewards.ACTIVITY_REWARD[a] for a in acts]
+                         + [rewards.PAIR_REWARD.get((a, b), 0.0) + (rewards.REPEAT_PENALTY if a == b else 0.0)
+                            for a in acts for b in acts], dtype=torch.float64)
+    assert torch.allclose(phi @ theta, truth, atol=1e-12)
+
+
+def test_exact_maxent_irl_on_plans_recovers_the_reward_up_to_a_constant(plans):
+    _, phi, expert, truth = plans
+    learned = phi @ irl.fit_maxent(phi, expert, steps=10_000)
+    model = torch.softmax(learned, 0)
+    assert (expert * (expert.log() - model.log())).sum() < 1e-6
+    assert corr(learned, truth) > 0.9999
+    assert (learned - truth - (learned - truth).mean()).abs().max() < 1e-3  # equal up to one constant
+
+
+def test_maxent_irl_from_demonstrations_gets_closer_with_more(plans):
+    from minirl import datasets
+    items, phi, expert, truth = plans
+    demos = [tuple(d["completion"].split()[:-1]) for d in datasets.load_demos()]
+    kls, corrs = [], []
+    for n in (100, 500, len(demos)):
+        learned = phi @ irl.fit_maxent(phi, irl.empirical_distribution(items, demos[:n]))
+        kls.append((expert * (expert.log() - torch.log_softmax(learned, 0))).sum().item())
+        corrs.append(corr(learned, truth))
+    assert kls[0] > kls[1] > kls[2] and corrs[2] >= 0.95  # measured: KL 0.25, 0.04, 0.010; corr 0.76, 0.97, 0.99
