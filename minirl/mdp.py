@@ -6,7 +6,7 @@
            EOS or when the prefix reaches K tokens (truncation is part of the MDP)
     R      r(s, a): the step reward of a, plus the terminal reward when a ends the episode
     gamma  discount, 1 by default
-    K      horizon, micro.HORIZON
+    K      horizon, micro.HORIZON by default
 
 A tabular policy is a logits tensor `theta` of shape (n_states, n_actions), one row per state:
 pi(a | s) = softmax(theta[s])[a]. Everything below is a finite sum over the 40 completions of
@@ -36,11 +36,13 @@ class Episodes:
 
 
 class MicroMDP:
-    def __init__(self, gamma: float = 1.0):
+    def __init__(self, gamma: float = 1.0, horizon: int = micro.HORIZON):
+        """horizon: the longest completion K (the world's is 3; lesson 10 varies it to watch
+        imitation errors compound). Rewards do not depend on it."""
         self.gamma = validate.number("gamma", gamma, 0.0, 1.0)
         self.prompts = micro.PROMPTS
         self.actions = micro.ACTIONS
-        self.horizon = micro.HORIZON
+        self.horizon = validate.integer("horizon", horizon)
         self.states = [(p, prefix) for p in self.prompts for n in range(self.horizon)
                        for prefix in itertools.product(micro.TOKENS, repeat=n)]
         self.state_index = {s: i for i, s in enumerate(self.states)}
