@@ -102,6 +102,21 @@ def orders_task() -> Task:
     return Task("orders", prompts("train"), prompts("test"), grammar.MAX_NEW_TOKENS["orders"], token_rewards, gold)
 
 
+def plans_task() -> Task:
+    """The plan expert's hidden reward R(plan) at the last token (INVALID_PLAN_REWARD for text that
+    is not a plan): what imitation and IRL (lesson 10) never see and are judged by."""
+    def token_rewards(rollout: Rollout, enc) -> torch.Tensor:
+        return last_token_rewards(rollout, rewards.plan_true_reward(rollout.prompts, rollout.texts))
+
+    def gold(rollout: Rollout) -> dict[str, float]:
+        true = rewards.plan_true_reward(rollout.prompts, rollout.texts)
+        valid = [grammar.is_plan(p + c) for p, c in zip(rollout.prompts, rollout.texts)]
+        return {"true_reward": sum(true) / len(true), "valid": sum(valid) / len(valid)}
+
+    prompts = [grammar.PROMPT_HEADS["plans"]]
+    return Task("plans", prompts, prompts, grammar.MAX_NEW_TOKENS["plans"], token_rewards, gold)
+
+
 def check_signature(reward_fn: RewardFn, name: str) -> None:
     """A reward function takes (prompts, completions) and the keyword arguments minirl passes."""
     if not callable(reward_fn):

@@ -1,0 +1,150 @@
+"""GAIL on the plans world (Ho & Ermon 2016): a discriminator learns to tell the expert's plans from
+the policy's, and the policy is trained by PPO on the discriminator's opinion as its reward.
+
+D(plan) = sigmoid(logit) = P(expert) (the course's convention; Ho & Ermon's D is P(policy)). The
+discriminator is a reward-model-shaped network (`minirl.reward_model.RewardModel`: the base
+model's trunk and a scalar head, read at the last token of prompt + completion + EOS), trained with
+`losses.gail_discriminator_loss` on a batch of demonstrations against the policy's fresh samples.
+The policy's reward, one number per completion at its last token (`REWARD_FORMS`):
+
+    log_d        log D                    always <= 0: each extra step can only cost
+    neg_log_1m_d -log(1 - D)              always >= 0: each extra step can only earn
+    logit        log D - log(1 - D)       the log-density ratio log p_E/p_pi at the optimum (AIRL's)
+
+With one reward per sequence the sign does not bias length; the lesson measures where it does.
+
+Each generator step is: sample (PPO's batch), `disc_steps` discriminator updates on those samples
+against `expert_batch` demonstrations, then the samples are scored by the updated discriminator
+and PPO updates the policy. Everything about plans can be enumerated (6^4 = 1,296 of them), so
+`plan_distribution` gives a policy's exact probability of each plan and `expert_kl` the exact
+KL(expert || policy).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from . import grammar, losses, rewards, validate, world
+from .model import GPT
+from .ppo_trainer import PPOConfig, train_ppo
+from .reward_model import RewardModel, from_base, right_pad, sequence_ids
+from .sft import sequence_logprobs
+from .tasks import plans_task
+from .tokenizer import PAD, load_tokenizer
+
+REWARD_FORMS = ("log_d", "neg_log_1m_d", "logit")
+PROMPT = grammar.PROMPT_HEADS["plans"]
+
+
+@dataclass
+class GAILConfig:
+    disc_lr: float = 1e-4
+    disc_steps: int = 1
+    expert_batch: int = 64
+    reward_form: str = "logit"
+    seed: int = 0
+
+    def __post_init__(self):
+        validate.number("disc_lr", self.disc_lr, 0.0, open_low=True)
+        validate.integer("disc_steps", self.disc_steps, minimum=0)
+        validate.integer("expert_batch", self.expert_batch)
+        validate.choice("reward_form", self.reward_form, REWARD_FORMS)
+        validate.integer("seed", self.seed, minimum=-2**63)
+
+
+def policy_reward(logits: torch.Tensor, form: str) -> torch.Tensor:
+    """The generator's reward from discriminator logits, by `REWARD_FORMS`."""
+    validate.choice("reward_form", form, REWARD_FORMS)
+    if form == "log_d":
+        return F.logsigmoid(logits)
+    if form == "neg_log_1m_d":
+        return -F.logsigmoid(-logits)
+    return logits
+
+
+class Discriminator:
+    """D and its optimizer, as a TRL-style reward function for `train_ppo`: each call first trains D
+    on the completions it is given against a batch of demonstrations, then scores them."""
+
+    def __init__(self, demos: list[dict], config: GAILConfig, base: GPT | None = None, tokenizer=None):
+        self.enc = tokenizer or load_tokenizer()
+        self.config = config
+        self.model: RewardModel = from_base(base, self.enc)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=config.disc_lr, weight_decay=0.0)
+        self.expert = [sequence_ids(self.enc, d["prompt"], d["completion"])[0] for d in demos]
+        self.rng = random.Random(config.seed)
+        self.history: list[dict] = []
+
+    def logits(self, seqs: list[list[int]]) -> torch.Tensor:
+        """(B,) discriminator logits, each read at its sequence's own last token."""
+        device = self.model.score.weight.device
+        last = torch.tensor([len(s) - 1 for s in seqs], device=device)
+        return self.model(right_pad(seqs, self.model.pad_token_id, device), last)
+
+    def update(self, policy_seqs: list[list[int]]) -> dict:
+        self.model.train()
+        for _ in range(self.config.disc_steps):
+            expert = self.rng.sample(self.expert, min(self.config.expert_batch, len(self.expert)))
+            e, p = self.logits(expert), self.logits(policy_seqs)
+            loss = losses.gail_discriminator_loss(e, p)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+        stats = {"disc_loss": loss.item(), "d_expert": torch.sigmoid(e).mean().item(),
+                 "d_policy": torch.sigmoid(p).mean().item()} if self.config.disc_steps else {}
+        self.history.append(stats)
+        return stats
+
+    def __call__(self, prompts: list[str], completions: list[str], completion_ids: list[list[int]], **kwargs) -> list[float]:
+        seqs = [self.enc.encode(p) + list(ids) for p, ids in zip(prompts, completion_ids)]
+        self.update(seqs)
+        self.model.eval()
+        with torch.no_grad():
+            return policy_reward(self.logits(seqs), self.config.reward_form).double().tolist()
+
+
+def train_gail(policy: GPT, demos: list[dict], config: GAILConfig = GAILConfig(), ppo: PPOConfig = PPOConfig(),
+               tokenizer=None, callback=None) -> tuple[list[dict], Discriminator]:
+    """Train `policy` in place by GAIL on demonstrations {'prompt', 'completion'} of plans; PPO with
+    `ppo`'s settings on the discriminator's reward. Returns (PPO's history with the
+    discriminator's statistics merged in, the discriminator)."""
+    disc = Discriminator(demos, config, tokenizer=tokenizer)
+    history = train_ppo(policy, plans_task(), ppo, tokenizer=disc.enc, reward_fn=disc, callback=callback)
+    for h, d in zip(history, disc.history):
+        h.update(d)
+    return history, disc
+
+
+@torch.no_grad()
+def plan_distribution(policy: GPT, tokenizer=None) -> tuple[list[tuple[str, ...]], torch.Tensor]:
+    """Every plan (`world.expert_plan_distribution()`'s order) and the policy's probability of writing
+    it, pi('plan: a b c d .' + EOS | 'plan:') in its canonical tokens, float64, not renormalized (the
+    rest of the policy's mass is invalid text or other spellings)."""
+    enc = tokenizer or load_tokenizer()
+    plans, _ = world.expert_plan_distribution()
+    items = [sequence_ids(enc, PROMPT, " " + " ".join(p) + " .") for p in plans]
+    logp = sequence_logprobs(policy, items, enc.encode_single_token(PAD)).double().cpu()
+    return plans, logp.exp()
+
+
+def expert_kl(policy: GPT, tokenizer=None) -> float:
+    """KL(p_E || pi) = sum over plans of p_E log(p_E / pi(plan)), exact: the expert writes only plans,
+    so the policy's mass elsewhere enters only through what it leaves for them."""
+    _, probs = plan_distribution(policy, tokenizer)
+    expert = torch.tensor(world.expert_plan_distribution()[1], dtype=torch.float64)
+    return (expert * (expert.log() - probs.log())).sum().item()
+
+
+def expected_true_reward(probs: torch.Tensor) -> float:
+    """E[R] under a distribution over the plans, with the mass missing from the plans counted at
+    INVALID_PLAN_REWARD."""
+    plans, _ = world.expert_plan_distribution()
+    r = torch.tensor([rewards.plan_reward(p) for p in plans], dtype=torch.float64)
+    return ((probs * r).sum() + (1 - probs.sum()) * rewards.INVALID_PLAN_REWARD).item()
+
+
+def expert_true_reward() -> float:
+    return expected_true_reward(torch.tensor(world.expert_plan_distribution()[1], dtype=torch.float64))
