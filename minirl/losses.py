@@ -243,8 +243,8 @@ def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Ten
 DPO_LOSS_TYPES = ("sigmoid", "ipo")
 
 
-def _pair_tensors(**tensors: torch.Tensor) -> torch.Tensor:
-    """Check that every tensor is a float (B,) of one shape with B >= 1; return the first."""
+def _pair_tensors(**tensors: torch.Tensor) -> None:
+    """Check that every tensor is a float (B,) of one shape with B >= 1."""
     first = None
     for name, x in tensors.items():
         check_float(name, x)
@@ -255,7 +255,6 @@ def _pair_tensors(**tensors: torch.Tensor) -> torch.Tensor:
         first = x if first is None else first
     if first.numel() == 0:
         raise ValueError("no pairs: the loss needs at least one (chosen, rejected) pair")
-    return first
 
 
 def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor, ref_chosen_logps: torch.Tensor,
