@@ -574,3 +574,80 @@ def sequence_logprob(student_fn) -> None:
              ("no padding", (x, torch.ones(3, 5, dtype=torch.float64))),
              ("an all-padding tail after one token", (x[2:], ragged[2:]))]
     run_cases("sequence_logprob", student_fn, _loop_sequence_logprob, cases)
+
+
+def _log_sum_exp(values: list[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def _enumerated_soft_q(mdp, rewards):
+    """Q(s, a) = r(s, a) + log of the sum, over every way to finish the episode after a, of
+    exp(the rewards still to come): each completion through (s, a) listed and summed, no recursion."""
+    r = rewards.tolist()
+    q = torch.zeros(tuple(rewards.shape), dtype=torch.float64)
+    for s, (prompt, prefix) in enumerate(mdp.states):
+        t0 = len(prefix)
+        for a, action in enumerate(mdp.actions):
+            through = [c for c in mdp.completions if len(c) > t0 and c[:t0] == prefix and c[t0] == action]
+            to_go = [sum(r[mdp.state_index[(prompt, c[:t])]][mdp.actions.index(c[t])] for t in range(t0, len(c)))
+                     for c in through]
+            q[s, a] = _log_sum_exp(to_go)
+    return q
+
+
+def soft_value_iteration(student_fn) -> None:
+    """Check soft_value_iteration(mdp, rewards) -> Q (n_states, n_actions): Q(s, a) = r(s, a) + V(s'),
+    V(s) = log sum_a exp Q(s, a), 0 after the episode ends."""
+    from .imitation import reward_table
+    from .mdp import MicroMDP
+    g = torch.Generator().manual_seed(0)
+    world, long = MicroMDP(), MicroMDP(horizon=4)
+    cases = [("the world's rewards, horizon 3", (world, reward_table(world))),
+             ("random rewards, horizon 4", (long, torch.randn(long.shape, generator=g, dtype=torch.float64))),
+             ("rewards of +-300 (log-sum-exp, not the log of a sum of exp)",
+              (world, 300 * torch.randn(world.shape, generator=g, dtype=torch.float64))),
+             ("horizon 1: one action ends the episode", (MicroMDP(horizon=1), torch.randn(MicroMDP(horizon=1).shape,
+                                                                                          generator=g, dtype=torch.float64)))]
+    run_cases("soft_value_iteration", student_fn, _enumerated_soft_q, cases)
+
+
+def _loop_gail_loss(expert_logits, policy_logits):
+    def neg_log_sigmoid(x):  # -log(1 / (1 + e^-x)), written to stay finite for large |x|
+        return math.log1p(math.exp(-x)) if x > 0 else -x + math.log1p(math.exp(x))
+    e = [neg_log_sigmoid(x) for x in expert_logits.tolist()]
+    p = [neg_log_sigmoid(-x) for x in policy_logits.tolist()]
+    return 0.5 * (sum(e) / len(e) + sum(p) / len(p))
+
+
+def gail_discriminator_loss(student_fn) -> None:
+    """Check gail_discriminator_loss(expert_logits, policy_logits) -> the scalar
+    1/2 [mean of -log D on the expert's + mean of -log(1 - D) on the policy's], D = sigmoid(logit)."""
+    g = torch.Generator().manual_seed(0)
+    e, p = torch.randn(7, generator=g, dtype=torch.float64), torch.randn(3, generator=g, dtype=torch.float64)
+    cases = [("7 expert against 3 policy samples (each class's own mean)", (e, p)),
+             ("D = 1/2 everywhere: log 2", (torch.zeros(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64))),
+             ("confident and right: logits +-1000", (e.abs() + 1000, -p.abs() - 1000)),
+             ("confident and wrong: logits -+1000 (logsigmoid, not log of sigmoid)", (-e.abs() - 1000, p.abs() + 1000)),
+             ("one sample each", (e[:1], p[:1]))]
+    run_cases("gail_discriminator_loss", student_fn, _loop_gail_loss, cases)
+
+
+def _loop_importance_weights(rewards, log_q):
+    log_w = [r - lq for r, lq in zip(rewards.tolist(), log_q.tolist())]
+    top = max(log_w)
+    w = [math.exp(x - top) for x in log_w]
+    return torch.tensor([x / sum(w) for x in w], dtype=torch.float64)
+
+
+def importance_weights(student_fn) -> None:
+    """Check importance_weights(rewards, log_q) -> (m,) self-normalized weights w_j proportional to
+    exp(R(tau_j)) / q(tau_j), summing to 1."""
+    g = torch.Generator().manual_seed(0)
+    r, lq = torch.randn(6, generator=g, dtype=torch.float64), -3 * torch.rand(6, generator=g, dtype=torch.float64)
+    cases = [("six samples", (r, lq)),
+             ("samples from the uniform q: weights proportional to exp(R)", (r, torch.full((6,), -math.log(6), dtype=torch.float64))),
+             ("rewards near 1000 (subtract the largest log-weight before exp)", (r + 1000, lq)),
+             ("a sample q made far more often than exp(R) says: weight near 0", (r, torch.cat([lq[:5], torch.tensor([50.0], dtype=torch.float64)]))),
+             ("one sample: weight 1", (r[:1], lq[:1]))]
+    run_cases("importance_weights", student_fn, _loop_importance_weights, cases)

@@ -22,6 +22,7 @@ KL(expert || policy).
 from __future__ import annotations
 
 import random
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -31,12 +32,14 @@ from . import grammar, losses, rewards, validate, world
 from .model import GPT
 from .ppo_trainer import PPOConfig, train_ppo
 from .reward_model import RewardModel, from_base, right_pad, sequence_ids
+from .sampling import sample
 from .sft import sequence_logprobs
 from .tasks import plans_task
 from .tokenizer import PAD, load_tokenizer
 
 REWARD_FORMS = ("log_d", "neg_log_1m_d", "logit")
 PROMPT = grammar.PROMPT_HEADS["plans"]
+MAX_NEW_TOKENS = grammar.MAX_NEW_TOKENS["plans"]
 
 
 @dataclass
@@ -44,6 +47,7 @@ class GAILConfig:
     disc_lr: float = 1e-4
     disc_steps: int = 1
     expert_batch: int = 64
+    policy_batches: int = 1  # D trains on the policy's last this-many batches of samples (a replay buffer)
     reward_form: str = "logit"
     seed: int = 0
 
@@ -51,6 +55,7 @@ class GAILConfig:
         validate.number("disc_lr", self.disc_lr, 0.0, open_low=True)
         validate.integer("disc_steps", self.disc_steps, minimum=0)
         validate.integer("expert_batch", self.expert_batch)
+        validate.integer("policy_batches", self.policy_batches)
         validate.choice("reward_form", self.reward_form, REWARD_FORMS)
         validate.integer("seed", self.seed, minimum=-2**63)
 
@@ -76,6 +81,7 @@ class Discriminator:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=config.disc_lr, weight_decay=0.0)
         self.expert = [sequence_ids(self.enc, d["prompt"], d["completion"])[0] for d in demos]
         self.rng = random.Random(config.seed)
+        self.buffer: deque[list[list[int]]] = deque(maxlen=config.policy_batches)
         self.history: list[dict] = []
 
     def logits(self, seqs: list[list[int]]) -> torch.Tensor:
@@ -85,10 +91,14 @@ class Discriminator:
         return self.model(right_pad(seqs, self.model.pad_token_id, device), last)
 
     def update(self, policy_seqs: list[list[int]]) -> dict:
+        """`disc_steps` steps of the discriminator loss: a fresh batch of demonstrations against the
+        policy's samples in the buffer, `policy_seqs` added to it first."""
+        self.buffer.append(policy_seqs)
+        seen = [s for batch in self.buffer for s in batch]
         self.model.train()
         for _ in range(self.config.disc_steps):
             expert = self.rng.sample(self.expert, min(self.config.expert_batch, len(self.expert)))
-            e, p = self.logits(expert), self.logits(policy_seqs)
+            e, p = self.logits(expert), self.logits(seen)
             loss = losses.gail_discriminator_loss(e, p)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -106,12 +116,29 @@ class Discriminator:
             return policy_reward(self.logits(seqs), self.config.reward_form).double().tolist()
 
 
+def sample_plans(policy: GPT, n: int, generator: torch.Generator, enc) -> list[list[int]]:
+    """n of the policy's completions of 'plan:' as prompt + completion token ids (EOS included)."""
+    out = sample(policy, [PROMPT], max_new_tokens=MAX_NEW_TOKENS, group_size=n, generator=generator, tokenizer=enc)
+    prompt = enc.encode(PROMPT)
+    return [prompt + row[: int(k)] for row, k in zip(out.tokens.tolist(), out.mask.sum(1).tolist())]
+
+
+def pretrain(disc: Discriminator, policy: GPT, steps: int, batch: int, generator: torch.Generator) -> list[dict]:
+    """Train the discriminator against a fixed policy, `batch` fresh samples per step. At the optimum its
+    logit is log p_E(plan) - log pi(plan): a learned reward, up to a constant, when pi is the base."""
+    return [disc.update(sample_plans(policy, batch, generator, disc.enc)) for _ in range(steps)]
+
+
 def train_gail(policy: GPT, demos: list[dict], config: GAILConfig = GAILConfig(), ppo: PPOConfig = PPOConfig(),
-               tokenizer=None, callback=None) -> tuple[list[dict], Discriminator]:
+               pretrain_steps: int = 0, tokenizer=None, callback=None) -> tuple[list[dict], Discriminator]:
     """Train `policy` in place by GAIL on demonstrations {'prompt', 'completion'} of plans; PPO with
-    `ppo`'s settings on the discriminator's reward. Returns (PPO's history with the
-    discriminator's statistics merged in, the discriminator)."""
+    `ppo`'s settings on the discriminator's reward. pretrain_steps: first train the discriminator that
+    many steps against the starting policy (a warm start; Ho & Ermon start both from scratch).
+    Returns (PPO's history with the discriminator's statistics merged in, the discriminator)."""
     disc = Discriminator(demos, config, tokenizer=tokenizer)
+    batch = ppo.prompts_per_step * ppo.group_size
+    pretrain(disc, policy, pretrain_steps, batch, torch.Generator().manual_seed(config.seed))
+    disc.history.clear()
     history = train_ppo(policy, plans_task(), ppo, tokenizer=disc.enc, reward_fn=disc, callback=callback)
     for h, d in zip(history, disc.history):
         h.update(d)

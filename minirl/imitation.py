@@ -32,6 +32,15 @@ def expert_logits(mdp: MicroMDP, temperature: float) -> torch.Tensor:
     return mdp.soft_value_iteration(reward_table(mdp) / temperature)[0]
 
 
+def greedy_expert(mdp: MicroMDP) -> torch.Tensor:
+    """The deterministic expert: in each state the action with the highest optimal Q (plain value
+    iteration, ties to the first of `mdp.actions`), as logits 0 there and -inf elsewhere."""
+    q = mdp.backward_q(lambda s, q_s: q_s.max())
+    logits = torch.full(mdp.shape, -torch.inf, dtype=torch.float64)
+    logits[torch.arange(len(mdp.states)), q.argmax(dim=1)] = 0.0
+    return logits
+
+
 def state_visitation(mdp: MicroMDP, logits: torch.Tensor) -> torch.Tensor:
     """(n_states,) the probability that an episode (prompt uniform) passes through each state; a
     state is a prefix, so it is visited at most once, and the values sum to the expected length."""
@@ -46,6 +55,14 @@ def state_visitation(mdp: MicroMDP, logits: torch.Tensor) -> torch.Tensor:
             if not mdp.ends(prefix, action):
                 reach[mdp.state_index[(prompt, prefix + (action,))]] += reach[s] * pi[s, a]
     return reach
+
+
+def expected_return(mdp: MicroMDP, logits: torch.Tensor) -> torch.Tensor:
+    """J = sum over states of visitation(s) * sum_a pi(a | s) r(s, a), the prompt uniform: the same number
+    as `mdp.objective`, in one pass over the states instead of one per completion."""
+    pi = torch.softmax(logits.detach().double(), dim=-1)
+    terms = torch.where(pi > 0, pi * reward_table(mdp), torch.zeros_like(pi))  # -inf logits: 0, not 0 * r
+    return (state_visitation(mdp, logits) * terms.sum(dim=1)).sum()
 
 
 def action_counts(mdp: MicroMDP, episodes: list[tuple[str, tuple[str, ...]]]) -> torch.Tensor:

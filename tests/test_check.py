@@ -88,3 +88,29 @@ def test_lesson_09_checkers(capsys):
     assert verdict(capsys, check.sequence_logprob, times_mask).startswith("FAIL sequence_logprob: 1 of 4")
     assert verdict(capsys, check.sequence_logprob, lambda x, m: x.sum(1)).startswith("FAIL sequence_logprob")
     assert "not implemented yet" in verdict(capsys, check.dpo_loss, not_done)
+
+
+def test_lesson_10_checkers(capsys):
+    from minirl import losses
+    svi = lambda mdp, r: mdp.soft_value_iteration(r)[0]  # noqa: E731
+    assert verdict(capsys, check.soft_value_iteration, svi).startswith("PASS soft_value_iteration: 4 cases")
+    hard_max = lambda mdp, r: mdp.backward_q(lambda s, q: q.max(), r.dtype, rewards=r)  # noqa: E731  plain value iteration
+    assert verdict(capsys, check.soft_value_iteration, hard_max).startswith("FAIL soft_value_iteration")
+    naive_lse = lambda mdp, r: mdp.backward_q(lambda s, q: q.exp().sum().log(), r.dtype, rewards=r)  # noqa: E731
+    assert verdict(capsys, check.soft_value_iteration, naive_lse).startswith("FAIL soft_value_iteration: 1 of 4")
+    assert verdict(capsys, check.gail_discriminator_loss, losses.gail_discriminator_loss).startswith(
+        "PASS gail_discriminator_loss: 5 cases")
+    pooled = lambda e, p: torch.nn.functional.binary_cross_entropy_with_logits(  # noqa: E731  one mean over both classes
+        torch.cat([e, p]), torch.cat([torch.ones_like(e), torch.zeros_like(p)]))
+    assert "each class's own mean" in verdict(capsys, check.gail_discriminator_loss, pooled)
+    swapped = lambda e, p: losses.gail_discriminator_loss(p, e)  # noqa: E731  D = P(policy), Ho & Ermon's sign
+    assert verdict(capsys, check.gail_discriminator_loss, swapped).startswith("FAIL gail_discriminator_loss")
+    naive_log = lambda e, p: 0.5 * (-torch.sigmoid(e).log().mean() - (1 - torch.sigmoid(p)).log().mean())  # noqa: E731
+    assert verdict(capsys, check.gail_discriminator_loss, naive_log).startswith("FAIL gail_discriminator_loss: 1 of 5")
+    weights = lambda r, lq: torch.softmax(r - lq, 0)  # noqa: E731
+    assert verdict(capsys, check.importance_weights, weights).startswith("PASS importance_weights: 5 cases")
+    times_q = lambda r, lq: torch.softmax(r + lq, 0)  # noqa: E731  multiplied by q instead of divided
+    assert verdict(capsys, check.importance_weights, times_q).startswith("FAIL importance_weights")
+    unshifted = lambda r, lq: (r - lq).exp() / (r - lq).exp().sum()  # noqa: E731  overflows near 1000
+    assert verdict(capsys, check.importance_weights, unshifted).startswith("FAIL importance_weights: 1 of 5")
+    assert "not implemented yet" in verdict(capsys, check.importance_weights, not_done)

@@ -65,3 +65,19 @@ def test_train_gail_runs(base):
     history, disc = gail.train_gail(minirl.load_model("base"), datasets.load_demos()[:128], gail.GAILConfig(),
                                     PPOConfig(steps=2, prompts_per_step=4, group_size=2, epochs=1, minibatches=1))
     assert len(history) == 2 and {"disc_loss", "d_expert", "d_policy"} <= set(history[0])
+
+
+def test_replay_buffer_and_warm_start(base):
+    """The discriminator trains on its last `policy_batches` batches of policy samples (the
+    batches' own contents, oldest dropped); `pretrain` samples the fixed policy once per step."""
+    enc = minirl.load_tokenizer()
+    disc = gail.Discriminator(datasets.load_demos()[:16], gail.GAILConfig(expert_batch=16, policy_batches=2), base=base)
+    batches = [[enc.encode(f"plan: {a} {a} {a} {a} .")] for a in ("run", "nap", "cook")]
+    for b in batches:
+        disc.update(b)
+    assert list(disc.buffer) == batches[1:]
+    stats = gail.pretrain(disc, base, steps=2, batch=3, generator=torch.Generator().manual_seed(0))
+    assert len(stats) == 2 and all(len(b) == 3 and b[0][: len(enc.encode("plan:"))] == enc.encode("plan:") for b in disc.buffer)
+    history, _ = gail.train_gail(minirl.load_model("base"), datasets.load_demos()[:16], gail.GAILConfig(expert_batch=16),
+                                 PPOConfig(steps=1, prompts_per_step=2, group_size=2, epochs=1, minibatches=1), pretrain_steps=2)
+    assert len(history) == 1 and "d_expert" in history[0]  # the warm start's statistics are not merged into PPO's steps

@@ -38,6 +38,25 @@ def test_expert_is_soft_optimal():
                           torch.tensor(micro.GOAL_REWARD, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("horizon", [2, 4])
+def test_greedy_expert_writes_a_best_completion(horizon):
+    mdp = MicroMDP(horizon=horizon)
+    expert = im.greedy_expert(mdp)
+    for prompt in mdp.prompts:
+        probs, returns = mdp.completion_probs(expert, prompt), mdp.returns(prompt)
+        assert probs.max() == 1.0 and returns[probs.argmax()] == returns.max()  # checked by listing every completion
+
+
+@pytest.mark.parametrize("horizon", [1, 3, 4])
+def test_expected_return_is_the_sum_over_completions(horizon):
+    mdp = MicroMDP(horizon=horizon)
+    logits = torch.randn(mdp.shape, generator=torch.Generator().manual_seed(horizon), dtype=torch.float64)
+    assert im.expected_return(mdp, logits).item() == pytest.approx(mdp.objective(logits).item(), abs=1e-12)
+    expert = im.greedy_expert(mdp)
+    assert im.expected_return(mdp, expert).item() == pytest.approx(max(mdp.returns(p).max().item() for p in mdp.prompts[:1])
+                                                                   / 2 + mdp.returns(mdp.prompts[1]).max().item() / 2)
+
+
 def test_cloning_exact_counts_recovers_the_expert_where_it_goes():
     mdp = MicroMDP()
     expert = im.expert_logits(mdp, 0.5)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from minirl import irl, losses
+from minirl import irl, losses, micro_gail
 from minirl.mdp import MicroMDP
 
 
@@ -159,3 +159,43 @@ def test_maxent_irl_from_demonstrations_gets_closer_with_more(plans):
         kls.append((expert * (expert.log() - torch.log_softmax(learned, 0))).sum().item())
         corrs.append(corr(learned, truth))
     assert kls[0] > kls[1] > kls[2] and corrs[2] >= 0.95  # measured: KL 0.25, 0.04, 0.010; corr 0.76, 0.97, 0.99
+
+
+# ---------------------------------------------------------------- GAIL, exact on the micro world
+def test_micro_gail_discriminator_reaches_the_density_ratio_then_one_half(world):
+    """Against a fixed policy the tabular discriminator's logit converges to log p_E - log p_pi
+    (enumerated apart from the trainer); alternating with policy steps, p_pi -> p_E and D -> 1/2."""
+    mdp, _, expert = world
+    uniform = torch.zeros(mdp.shape, dtype=torch.float64)
+    policy = torch.stack([torch.exp(mdp.log_prob(uniform, p, c)) for p in mdp.prompts for c in mdp.completions]).detach()
+    first = micro_gail.train(mdp, expert, uniform, steps=1, disc_steps=3000, disc_lr=2.0)[0]
+    assert first["logit_error"] < 1e-3
+    assert first["disc_loss"] == pytest.approx(
+        0.5 * sum(-(e * math.log(e / (e + p)) + p * math.log(p / (e + p))) for e, p in zip(expert.tolist(), policy.tolist())) / 2,
+        abs=1e-6)
+    history = micro_gail.train(mdp, expert, uniform, steps=300, policy_lr=3.0, disc_steps=50, disc_lr=2.0)
+    assert history[0]["kl"] > 0.4 and history[-1]["kl"] < 1e-4 and history[-1]["d_gap"] < 1e-2
+    assert history[-1]["disc_loss"] == pytest.approx(math.log(2), abs=1e-4)
+
+
+def test_generator_step_is_the_kl_regularized_optimum():
+    """With the world's own reward table, the step is mdp.optimal_logits (written apart, per prompt
+    from the completions' returns)."""
+    from minirl import imitation
+    mdp = MicroMDP()
+    ref = torch.randn(mdp.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    step = micro_gail.generator_step(mdp, ref, imitation.reward_table(mdp), beta=0.7)
+    for prompt in mdp.prompts:
+        assert torch.allclose(mdp.completion_probs(step, prompt), mdp.optimal_completion_probs(ref, 0.7, prompt), atol=1e-12)
+
+
+def test_prefix_discriminator_is_the_occupancy_ratio():
+    mdp = MicroMDP()
+    expert, uniform = mdp.soft_value_iteration(torch.zeros(mdp.shape, dtype=torch.float64) + 0.1)[0], torch.zeros(mdp.shape, dtype=torch.float64)
+    logits = micro_gail.prefix_logits(mdp, expert, uniform)
+    # occupancy by listing completions: the probability of the prefix times the next token's
+    s, a = mdp.state_index[("x", ("a",))], mdp.actions.index("b")
+    through = [c for c in mdp.completions if c[:2] == ("a", "b")]
+    p_e = sum(mdp.completion_probs(expert, "x")[mdp.completions.index(c)].item() for c in through) / 2
+    p_u = sum(mdp.completion_probs(uniform, "x")[mdp.completions.index(c)].item() for c in through) / 2
+    assert logits[s, a].item() == pytest.approx(math.log(p_e) - math.log(p_u), abs=1e-12)
