@@ -83,9 +83,10 @@ def setup(seed: int = 0) -> None:
     warnings.filterwarnings("ignore", module="tqdm")
     try:
         import matplotlib.pyplot as plt
+        from IPython import get_ipython
         from matplotlib_inline.backend_inline import set_matplotlib_formats
-
-        set_matplotlib_formats("png")
-        plt.rcParams.update({"figure.dpi": 80, "figure.figsize": (6, 3.5), "axes.grid": True})
     except ImportError:  # outside Jupyter: plots are not shown anyway
-        pass
+        return
+    plt.rcParams.update({"figure.dpi": 80, "figure.figsize": (6, 3.5), "axes.grid": True})
+    if get_ipython() is not None:  # outside IPython it would start a shell that replaces sys.modules['__main__']
+        set_matplotlib_formats("png")

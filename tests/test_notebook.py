@@ -54,3 +54,12 @@ def test_stored_lessons_hold_no_widget_state_or_views(path):
     assert "widgets" not in nb.metadata
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
                    for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs)
+
+
+def test_setup_in_a_plain_script_keeps_main():
+    """minirl.setup outside IPython must not replace sys.modules['__main__'] (an IPython shell started
+    by the figure settings did, and a script's process pool then lost its functions)."""
+    import subprocess
+    import sys
+    code = "import sys, minirl\ndef marker(): pass\nminirl.setup(0)\nassert hasattr(sys.modules['__main__'], 'marker')\n"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
