@@ -178,3 +178,39 @@ def test_dpo_holds_on_more_seeds(seed):
     recorded = next(r for r in script.read_rows("dpo_evals") if r["run"] == "dpo" and r["beta"] == script.MAIN_BETA
                     and r["seed"] == seed and r["step"] == script.STEPS)
     assert end["gold"] == pytest.approx(recorded["gold"], abs=0.3)
+
+
+def test_gail_csvs_cover_every_job():
+    """Lesson 10's sweep: every job has its rows, evaluated at the steps it promises; the
+    discriminator's logits cover every plan."""
+    from minirl import world
+    script = load_script("gail")
+    tuning = script.read_rows("gail_tuning")
+    assert [(r["run"], r["lr"], r["seed"]) for r in tuning] == [(run, lr, s) for run, _, s, lr in script.tuning_jobs()]
+    evals = script.read_rows("gail_evals")
+    for run, n, seed, lr in script.jobs(script.tuned_rates(tuning)):
+        every, steps = ((script.EVAL_EVERY, script.PPO_CONFIG["steps"]) if run == "gail"
+                        else (script.BC_EVAL_EVERY, script.BC_CONFIG["steps"]))
+        assert [r["step"] for r in evals if (r["run"], r["demos"], r["seed"], r["lr"]) == (run, n, seed, lr)] == \
+            list(range(0, steps + 1, every))
+    plans, _ = world.expert_plan_distribution()
+    assert [r["plan"] for r in script.read_rows("gail_disc")] == [" ".join(p) for p in plans]
+    for name, fields in (("gail_evals", script.EVAL_FIELDS), ("gail_disc", script.DISC_FIELDS),
+                         ("gail_tuning", script.TUNING_FIELDS)):
+        with open(SWEEPS / f"{name}.csv") as f:
+            assert next(csv.reader(f)) == fields
+
+
+@pytest.mark.slow
+def test_gail_holds_on_another_seed():
+    """Lesson 10 reads GAIL's runs from gail_evals.csv and says GAIL takes KL(expert || policy) from the
+    base's 0.472 to 0.21-0.23 at its best evaluation on every seed (not held to the end). This re-runs
+    seed 1 with the script and asserts that its best evaluation is at least 36% below the base (0.30),
+    with at least 95% of the mass on plans there (runs drift apart across machines and thread counts,
+    hence the room under 0.23)."""
+    script = load_script("gail")
+    lr = script.tuned_rates(script.read_rows("gail_tuning"))["gail"]
+    rows = script.gail_run(max(script.DEMOS), 1, lr)
+    assert rows[0]["kl"] == pytest.approx(0.472, abs=0.002)
+    best = min(rows, key=lambda r: r["kl"])
+    assert best["kl"] <= 0.30 and best["plan_mass"] >= 0.95
