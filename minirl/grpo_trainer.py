@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -34,6 +35,7 @@ from .tokenizer import load_tokenizer
 from .training import check_config, check_finite, check_inputs, frozen_reference, optimizer_step, training_batches
 
 ADVANTAGES = ("group", "group_mean", "leave_one_out")
+LR_SCHEDULES = ("constant", "linear")
 
 
 @dataclass
@@ -48,11 +50,17 @@ class GRPOConfig:
     advantage: str = "group"
     aggregation: str = "sequence_mean"
     max_grad_norm: float = 1.0
+    lr_schedule: str = "constant"  # 'linear': from lr down to 0 at the last step (Hugging Face Trainer's default)
+    warmup_steps: int = 0  # the rate first rises linearly to lr over this many steps (`lr_factor`)
     seed: int = 0
 
     def __post_init__(self):
         check_config(self)
         validate.number("clip_eps", self.clip_eps, 0.0)
+        validate.choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        validate.integer("warmup_steps", self.warmup_steps, minimum=0)
+        if self.warmup_steps >= self.steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be fewer than steps ({self.steps})")
         validate.integer("inner_steps", self.inner_steps)
         validate.choice("advantage", self.advantage, ADVANTAGES)
         validate.choice("aggregation", self.aggregation, AGGREGATIONS)
@@ -100,14 +108,28 @@ def grpo_update(policy: GPT, opt: torch.optim.Optimizer, rollout: Rollout, rewar
     return metrics
 
 
-def train_grpo(policy: GPT, task: Task, config: GRPOConfig, tokenizer=None,
-               reward_fn: RewardFn | None = None) -> list[dict]:
+def lr_factor(step: int, config: GRPOConfig) -> float:
+    """The multiple of config.lr used at `step` (0-based): (step + 1) / (warmup + 1) while warming up,
+    then 1 ('constant') or a straight line from 1 down to 0 after the last step ('linear'). Adam's
+    first updates move every parameter by about lr whatever its gradient's size; the warm-up keeps
+    those small. Deviation: Hugging Face's warm-up starts at 0, wasting the first step."""
+    warmup = config.warmup_steps
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    return 1.0 if config.lr_schedule == "constant" else (config.steps - step) / (config.steps - warmup)
+
+
+def train_grpo(policy: GPT, task: Task, config: GRPOConfig, tokenizer=None, reward_fn: RewardFn | None = None,
+               callback: Callable[[dict, GPT], None] | None = None) -> list[dict]:
     """Train `policy` in place on `task` (its prompts and gold metrics); returns one dict of metrics
-    per step. reward_fn: a TRL-style reward function to train on instead of the task's rewards."""
+    per step. reward_fn: a TRL-style reward function to train on instead of the task's rewards.
+    callback(metrics, policy): called after every step's update, as in `train_ppo`; what it adds to
+    `metrics` lands in the history."""
     check_inputs(policy, task, config, GRPOConfig)
     enc = tokenizer or load_tokenizer()
     reference = frozen_reference(policy)
     opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step, config))
     generator = torch.Generator().manual_seed(config.seed)
     history = []
     last = time.perf_counter()
@@ -118,8 +140,12 @@ def train_grpo(policy: GPT, task: Task, config: GRPOConfig, tokenizer=None,
         metrics = {"step": step, "reward": rewards.mean().item(), "length": rollout.mask.sum(1).mean().item(),
                    **task.gold(rollout)}
         metrics.update(grpo_update(policy, opt, rollout, rewards, ref_logprobs, config, task.max_new_tokens, step))
+        schedule.step()
         now = time.perf_counter()
         metrics["step_time"], last = now - last, now  # sampling included
+        if callback is not None:
+            callback(metrics, policy)
+            last = time.perf_counter()  # the callback's own time is not the step's
         history.append(metrics)
     policy.eval()
     return history

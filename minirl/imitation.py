@@ -61,8 +61,7 @@ def expected_return(mdp: MicroMDP, logits: torch.Tensor) -> torch.Tensor:
     """J = sum over states of visitation(s) * sum_a pi(a | s) r(s, a), the prompt uniform: the same number
     as `mdp.objective`, in one pass over the states instead of one per completion."""
     pi = torch.softmax(logits.detach().double(), dim=-1)
-    terms = torch.where(pi > 0, pi * reward_table(mdp), torch.zeros_like(pi))  # -inf logits: 0, not 0 * r
-    return (state_visitation(mdp, logits) * terms.sum(dim=1)).sum()
+    return (state_visitation(mdp, logits) * (pi * reward_table(mdp)).sum(dim=1)).sum()
 
 
 def action_counts(mdp: MicroMDP, episodes: list[tuple[str, tuple[str, ...]]]) -> torch.Tensor:

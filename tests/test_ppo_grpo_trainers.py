@@ -9,7 +9,7 @@ import torch
 import minirl
 from minirl import tasks
 from minirl.evaluate import heldout_report
-from minirl.grpo_trainer import GRPOConfig, group_advantages, train_grpo, zero_advantage_fraction
+from minirl.grpo_trainer import GRPOConfig, group_advantages, lr_factor, train_grpo, zero_advantage_fraction
 from minirl.ppo_trainer import PPO, PPOConfig, explained_variance, rlhf_rewards, train_ppo
 
 
@@ -117,3 +117,40 @@ def test_grpo_raises_arithmetic_accuracy():
     assert history[-1]["clip_fraction"] > 0  # the second inner step moves the ratio off 1
     expected = {"reward", "kl", "entropy", "clip_fraction", "length", "zero_adv_groups", "loss_first", "step_time"}
     assert expected <= set(history[0])
+
+
+def test_grpo_callback_runs_once_per_step_and_its_additions_land_in_the_history():
+    policy, calls = minirl.load_model("base"), []
+
+    def callback(metrics, model):
+        calls.append((metrics["step"], model is policy))
+        metrics["probe"] = 10 * metrics["step"]
+
+    history = train_grpo(policy, tasks.arithmetic_task(), GRPOConfig(steps=2, prompts_per_step=1, group_size=2),
+                         callback=callback)
+    assert calls == [(0, True), (1, True)]
+    assert [h["probe"] for h in history] == [0, 10]
+
+
+@pytest.mark.parametrize("schedule", ["constant", "linear"])
+def test_grpo_learning_rate_schedule(schedule, monkeypatch):
+    """The rate of each step's update, read by a spy on the optimizer: with 2 warm-up steps of 6, lr/3
+    and 2lr/3, then lr throughout for 'constant', and lr * (6 - step) / 4 for 'linear' (from lr down
+    to 0 after the last step); without warm-up, 'linear' is lr * (1 - step / steps)."""
+    seen, original = [], torch.optim.AdamW.step
+
+    def spy(self, *args, **kwargs):
+        seen.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    config = GRPOConfig(steps=6, prompts_per_step=1, group_size=2, lr=1e-4, lr_schedule=schedule, warmup_steps=2)
+    train_grpo(minirl.load_model("base"), tasks.arithmetic_task(), config)
+    after = [1.0, 0.75, 0.5, 0.25] if schedule == "linear" else [1.0] * 4
+    assert seen == pytest.approx([1e-4 * x for x in [1 / 3, 2 / 3] + after], rel=1e-12)
+    plain = GRPOConfig(steps=4, lr_schedule="linear")
+    assert [lr_factor(k, plain) for k in range(4)] == pytest.approx([1, 0.75, 0.5, 0.25])
+    with pytest.raises(ValueError, match="lr_schedule"):
+        GRPOConfig(lr_schedule="cosine")
+    with pytest.raises(ValueError, match="warmup_steps"):
+        GRPOConfig(steps=4, warmup_steps=4)
