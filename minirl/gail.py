@@ -1,26 +1,48 @@
 """GAIL on the plans world (Ho & Ermon 2016): a discriminator learns to tell the expert's plans from
-the policy's, and the policy is trained by PPO on the discriminator's opinion as its reward.
+the policy's, and the policy is trained by GRPO on the discriminator's opinion as its reward.
 
 D(plan) = sigmoid(logit) = P(expert) (the course's convention; Ho & Ermon's D is P(policy)). The
-discriminator is a reward-model-shaped network (`minirl.reward_model.RewardModel`: the base
-model's trunk and a scalar head, read at the last token of prompt + completion + EOS), trained with
-`losses.gail_discriminator_loss` on a batch of demonstrations against the policy's fresh samples.
+discriminator's network is reward-model-shaped (`minirl.reward_model.RewardModel`: a scalar head read
+at the last token of prompt + completion + EOS) on the first `disc_layers` blocks of the base model's
+trunk (two of six by default: on plans as accurate as all six, measured against the base, at less
+than half the cost); call its output f. Its logit is one of (`DISCRIMINATORS`):
+
+    gail   logit = f                               Ho & Ermon's: f must track log p_E - log pi as pi moves
+    airl   logit = f - log(pi / pi_ref)            Fu et al.'s D = e^f / (e^f + pi), with pi measured
+                                                   against the reference pi_ref (the base model)
+
+Both are trained with `losses.gail_discriminator_loss` and have the same optimum,
+D* = p_E / (p_E + pi). For 'airl' that optimum is f* = log p_E - log pi_ref whatever pi is: f holds a
+reward that stays put while the policy moves, and text the reference finds unlikely is priced by
+-log pi_ref (Fu et al. use the counting measure, pi_ref = 1, and a shaped f(s, a, s'); here f scores
+whole completions, and pi_ref = the base makes f = 0 the right start, D = 1/2 against the base).
+
 The policy's reward, one number per completion at its last token (`REWARD_FORMS`):
 
     log_d        log D                    always <= 0: each extra step can only cost
     neg_log_1m_d -log(1 - D)              always >= 0: each extra step can only earn
     logit        log D - log(1 - D)       the log-density ratio log p_E/p_pi at the optimum (AIRL's)
 
-With one reward per sequence the sign does not bias length; the lesson measures where it does.
+With one reward per sequence the sign does not bias length; the lesson measures where it does. With
+'airl' and the logit, the reward is f - log(pi/pi_ref): the RLHF objective E[f] - KL(pi || pi_ref)
+at beta = 1, whose optimum is pi_ref e^f / Z, so in principle the generator needs no KL term of its
+own (GRPO's beta = 0). In practice GRPO at beta = 0 sometimes fell, within a few steps, into a state
+it never left: in the run inspected, every sample a plan cut short (EOS before the full stop), each
+paying about the same KL in its reward, so that group-normalized advantages had nothing pointing
+back to the plans. GRPO's own per-token KL penalty pulls every sampled token toward the reference
+whatever the rest of its group did; a small beta keeps the runs out of that trap at the price of a
+flatter optimum, pi_ref e^{f / (1 + beta)} / Z (the lesson measures both).
 
-Each generator step is: sample (PPO's batch), `disc_steps` discriminator updates on those samples
-against `expert_batch` demonstrations, then the samples are scored by the updated discriminator
-and PPO updates the policy. Everything about plans can be enumerated (6^4 = 1,296 of them), so
-`plan_distribution` gives a policy's exact probability of each plan and `expert_kl` the exact
-KL(expert || policy).
+Each generator step is: sample (GRPO's batch), `disc_steps` discriminator updates on the last
+`policy_batches` batches of samples against `expert_batch` demonstrations, then the fresh samples
+are scored by the updated discriminator and GRPO updates the policy. `pretrain` trains the
+discriminator against a fixed policy first (a warm start). Everything about plans can be
+enumerated (6^4 = 1,296 of them), so `plan_distribution` gives a policy's exact probability of each
+plan and `expert_kl` the exact KL(expert || policy).
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import deque
 from dataclasses import dataclass
@@ -29,14 +51,16 @@ import torch
 import torch.nn.functional as F
 
 from . import grammar, losses, rewards, validate, world
-from .model import GPT
-from .ppo_trainer import PPOConfig, train_ppo
+from .grpo_trainer import GRPOConfig, train_grpo
+from .model import GPT, load_model
 from .reward_model import RewardModel, from_base, right_pad, sequence_ids
 from .sampling import sample
 from .sft import sequence_logprobs
 from .tasks import plans_task
 from .tokenizer import PAD, load_tokenizer
+from .training import frozen_reference
 
+DISCRIMINATORS = ("gail", "airl")
 REWARD_FORMS = ("log_d", "neg_log_1m_d", "logit")
 PROMPT = grammar.PROMPT_HEADS["plans"]
 MAX_NEW_TOKENS = grammar.MAX_NEW_TOKENS["plans"]
@@ -44,10 +68,12 @@ MAX_NEW_TOKENS = grammar.MAX_NEW_TOKENS["plans"]
 
 @dataclass
 class GAILConfig:
-    disc_lr: float = 1e-4
+    disc_lr: float = 3e-4
     disc_steps: int = 1
-    expert_batch: int = 64
+    expert_batch: int = 256
     policy_batches: int = 1  # D trains on the policy's last this-many batches of samples (a replay buffer)
+    disc_layers: int = 2  # D's network keeps the first this-many blocks of the base's trunk
+    discriminator: str = "airl"
     reward_form: str = "logit"
     seed: int = 0
 
@@ -56,6 +82,8 @@ class GAILConfig:
         validate.integer("disc_steps", self.disc_steps, minimum=0)
         validate.integer("expert_batch", self.expert_batch)
         validate.integer("policy_batches", self.policy_batches)
+        validate.integer("disc_layers", self.disc_layers)
+        validate.choice("discriminator", self.discriminator, DISCRIMINATORS)
         validate.choice("reward_form", self.reward_form, REWARD_FORMS)
         validate.integer("seed", self.seed, minimum=-2**63)
 
@@ -71,24 +99,58 @@ def policy_reward(logits: torch.Tensor, form: str) -> torch.Tensor:
 
 
 class Discriminator:
-    """D and its optimizer, as a TRL-style reward function for `train_ppo`: each call first trains D
-    on the completions it is given against a batch of demonstrations, then scores them."""
+    """D and its optimizer, as a TRL-style reward function for `train_grpo`: each call first trains D
+    on the completions it is given against a batch of demonstrations, then scores them.
 
-    def __init__(self, demos: list[dict], config: GAILConfig, base: GPT | None = None, tokenizer=None):
+    policy: the generator, whose log-probabilities the 'airl' logit reads (not needed for 'gail').
+    base: the reference pi_ref and the network's starting trunk (default: the shipped base model)."""
+
+    def __init__(self, demos: list[dict], config: GAILConfig, policy: GPT | None = None, base: GPT | None = None,
+                 tokenizer=None):
+        if config.discriminator == "airl" and not isinstance(policy, GPT):
+            raise ValueError("the 'airl' discriminator reads the policy's log-probabilities: pass policy=, the GPT "
+                             "being trained")
         self.enc = tokenizer or load_tokenizer()
-        self.config = config
-        self.model: RewardModel = from_base(base, self.enc)
+        self.config, self.policy = config, policy
+        self.reference = (base if base is not None else load_model("base")).eval()
+        self.model: RewardModel = from_base(self.reference, self.enc)
+        trunk = self.model.transformer
+        if config.disc_layers > trunk.config.n_layer:
+            raise ValueError(f"disc_layers={config.disc_layers}, but the base has {trunk.config.n_layer} blocks")
+        trunk.h, trunk.config = trunk.h[: config.disc_layers], dataclasses.replace(trunk.config, n_layer=config.disc_layers)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=config.disc_lr, weight_decay=0.0)
         self.expert = [sequence_ids(self.enc, d["prompt"], d["completion"])[0] for d in demos]
+        self.prompt_length = len(self.enc.encode(PROMPT))
+        self.pad = self.enc.encode_single_token(PAD)
         self.rng = random.Random(config.seed)
         self.buffer: deque[list[list[int]]] = deque(maxlen=config.policy_batches)
+        self.reference_cache: dict[tuple[int, ...], float] = {}
         self.history: list[dict] = []
 
-    def logits(self, seqs: list[list[int]]) -> torch.Tensor:
-        """(B,) discriminator logits, each read at its sequence's own last token."""
+    def f(self, seqs: list[list[int]]) -> torch.Tensor:
+        """(B,) the network's score of each sequence, read at its own last token."""
         device = self.model.score.weight.device
         last = torch.tensor([len(s) - 1 for s in seqs], device=device)
         return self.model(right_pad(seqs, self.model.pad_token_id, device), last)
+
+    @torch.no_grad()
+    def log_prob(self, model: GPT, seqs: list[list[int]]) -> torch.Tensor:
+        """(B,) log model(completion | 'plan:') of prompt + completion sequences."""
+        return sequence_logprobs(model, [(s, self.prompt_length) for s in seqs], self.pad)
+
+    def reference_log_prob(self, seqs: list[list[int]]) -> torch.Tensor:
+        """log pi_ref of each sequence, each computed once (the reference is frozen)."""
+        new = list({tuple(s) for s in seqs} - self.reference_cache.keys())
+        if new:
+            self.reference_cache.update(zip(new, self.log_prob(self.reference, [list(s) for s in new]).tolist()))
+        return torch.tensor([self.reference_cache[tuple(s)] for s in seqs], device=self.model.score.weight.device)
+
+    def logits(self, seqs: list[list[int]]) -> torch.Tensor:
+        """(B,) discriminator logits by `config.discriminator`."""
+        f = self.f(seqs)
+        if self.config.discriminator == "gail":
+            return f
+        return f - (self.log_prob(self.policy, seqs).to(f.device) - self.reference_log_prob(seqs))
 
     def update(self, policy_seqs: list[list[int]]) -> dict:
         """`disc_steps` steps of the discriminator loss: a fresh batch of demonstrations against the
@@ -129,17 +191,19 @@ def pretrain(disc: Discriminator, policy: GPT, steps: int, batch: int, generator
     return [disc.update(sample_plans(policy, batch, generator, disc.enc)) for _ in range(steps)]
 
 
-def train_gail(policy: GPT, demos: list[dict], config: GAILConfig = GAILConfig(), ppo: PPOConfig = PPOConfig(),
+def train_gail(policy: GPT, demos: list[dict], config: GAILConfig = GAILConfig(), grpo: GRPOConfig = GRPOConfig(beta=0.1),
                pretrain_steps: int = 0, tokenizer=None, callback=None) -> tuple[list[dict], Discriminator]:
-    """Train `policy` in place by GAIL on demonstrations {'prompt', 'completion'} of plans; PPO with
-    `ppo`'s settings on the discriminator's reward. pretrain_steps: first train the discriminator that
-    many steps against the starting policy (a warm start; Ho & Ermon start both from scratch).
-    Returns (PPO's history with the discriminator's statistics merged in, the discriminator)."""
-    disc = Discriminator(demos, config, tokenizer=tokenizer)
-    batch = ppo.prompts_per_step * ppo.group_size
+    """Train `policy` in place by GAIL on demonstrations {'prompt', 'completion'} of plans: GRPO with
+    `grpo`'s settings on the discriminator's reward; the policy as it starts is the reference pi_ref
+    and the discriminator's starting trunk. pretrain_steps: first train the discriminator that many
+    steps against the starting policy (a warm start; Ho & Ermon start both from scratch).
+    callback(metrics, policy) after every step, as in `train_grpo`. Returns (GRPO's history with the
+    discriminator's statistics merged in, the discriminator)."""
+    disc = Discriminator(demos, config, policy=policy, base=frozen_reference(policy), tokenizer=tokenizer)
+    batch = grpo.prompts_per_step * grpo.group_size
     pretrain(disc, policy, pretrain_steps, batch, torch.Generator().manual_seed(config.seed))
     disc.history.clear()
-    history = train_ppo(policy, plans_task(), ppo, tokenizer=disc.enc, reward_fn=disc, callback=callback)
+    history = train_grpo(policy, plans_task(), grpo, tokenizer=disc.enc, reward_fn=disc, callback=callback)
     for h, d in zip(history, disc.history):
         h.update(d)
     return history, disc
@@ -151,10 +215,15 @@ def plan_distribution(policy: GPT, tokenizer=None) -> tuple[list[tuple[str, ...]
     it, pi('plan: a b c d .' + EOS | 'plan:') in its canonical tokens, float64, not renormalized (the
     rest of the policy's mass is invalid text or other spellings)."""
     enc = tokenizer or load_tokenizer()
-    plans, _ = world.expert_plan_distribution()
-    items = [sequence_ids(enc, PROMPT, " " + " ".join(p) + " .") for p in plans]
+    items = [(ids, len(enc.encode(PROMPT))) for ids in plan_sequences(enc)]
     logp = sequence_logprobs(policy, items, enc.encode_single_token(PAD)).double().cpu()
-    return plans, logp.exp()
+    return world.expert_plan_distribution()[0], logp.exp()
+
+
+def plan_sequences(tokenizer=None) -> list[list[int]]:
+    """Every plan as prompt + completion + EOS token ids, in `world.expert_plan_distribution()`'s order."""
+    enc = tokenizer or load_tokenizer()
+    return [sequence_ids(enc, PROMPT, " " + " ".join(p) + " .")[0] for p in world.expert_plan_distribution()[0]]
 
 
 def expert_kl(policy: GPT, tokenizer=None) -> float:

@@ -1,7 +1,8 @@
 """GAIL's pieces on the plans world against references computed apart from them: the policy's
 probability of each plan against one unpadded sequence at a time, the exact KL(expert || policy)
 and true reward against plain sums over the 1,296 plans, the reward forms against their closed
-forms, a discriminator step lowering its loss, and the trainer running end to end."""
+forms, the 'airl' logit against f and log-probabilities summed token by token, a discriminator step
+lowering its loss, and the trainer running end to end."""
 import math
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 
 import minirl
 from minirl import datasets, gail, rewards, world
-from minirl.ppo_trainer import PPOConfig
+from minirl.grpo_trainer import GRPOConfig
 
 
 @pytest.fixture(scope="module")
@@ -17,17 +18,22 @@ def base():
     return minirl.load_model("base")
 
 
+def completion_logprob(model, ids: list[int]) -> float:
+    """log model(completion | 'plan:') of one unpadded sequence, token by token."""
+    n = len(minirl.load_tokenizer().encode("plan:"))
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids[:-1]]))[0], -1)
+    return sum(logp[t - 1, ids[t]].item() for t in range(n, len(ids)))
+
+
 def test_plan_distribution_matches_one_sequence_at_a_time(base):
     enc = minirl.load_tokenizer()
     plans, probs = gail.plan_distribution(base)
     assert len(plans) == 6 ** 4 and 0.9 < probs.sum() <= 1.0
-    with torch.no_grad():
-        for k in (0, 777, 1295):
-            ids = enc.encode("plan: " + " ".join(plans[k]) + " .") + [enc.eot_token]
-            n = len(enc.encode("plan:"))
-            logp = torch.log_softmax(base(torch.tensor([ids[:-1]]))[0], -1)
-            want = sum(logp[t - 1, ids[t]].item() for t in range(n, len(ids)))
-            assert math.log(probs[k].item()) == pytest.approx(want, abs=1e-4)
+    for k in (0, 777, 1295):
+        ids = enc.encode("plan: " + " ".join(plans[k]) + " .") + [enc.eot_token]
+        assert gail.plan_sequences()[k] == ids
+        assert math.log(probs[k].item()) == pytest.approx(completion_logprob(base, ids), abs=1e-4)
 
 
 def test_expert_kl_and_true_reward_are_plain_sums(base):
@@ -52,26 +58,52 @@ def test_reward_forms():
         gail.policy_reward(logits, "log")
 
 
+def test_airl_logit_is_f_minus_the_policys_log_ratio_to_the_reference(base):
+    """logit = f - (log pi - log pi_ref), each log-probability summed token by token apart from the
+    discriminator; the plain discriminator's logit is f alone."""
+    policy = minirl.load_model("base")
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    seqs = [gail.plan_sequences()[k] for k in (3, 500, 1200)] + [minirl.load_tokenizer().encode("plan: run the .")]
+    airl = gail.Discriminator(datasets.load_demos()[:8], gail.GAILConfig(), policy=policy, base=base)
+    with torch.no_grad():
+        torch.nn.init.normal_(airl.model.score.weight, generator=torch.Generator().manual_seed(0))
+        f, logits = airl.f(seqs), airl.logits(seqs)
+    want = [fx - (completion_logprob(policy, s) - completion_logprob(base, s)) for fx, s in zip(f.tolist(), seqs)]
+    assert logits.tolist() == pytest.approx(want, abs=1e-4)
+    assert max(abs(x - y) for x, y in zip(logits.tolist(), f.tolist())) > 0.1  # the log ratio is not negligible here
+    plain = gail.Discriminator(datasets.load_demos()[:8], gail.GAILConfig(discriminator="gail"), base=base)
+    with torch.no_grad():
+        assert torch.equal(plain.logits(seqs), plain.f(seqs))
+    with pytest.raises(ValueError, match="policy="):
+        gail.Discriminator(datasets.load_demos()[:8], gail.GAILConfig(), base=base)
+
+
 def test_a_discriminator_step_lowers_its_loss(base):
     enc = minirl.load_tokenizer()
     disc = gail.Discriminator(datasets.load_demos()[:64], gail.GAILConfig(expert_batch=64, disc_lr=1e-3, disc_steps=5),
-                              base=base)
+                              policy=base, base=base)
     invalid = [enc.encode("plan: run run the movie was .")] * 8
     losses_seen = [disc.update(invalid)["disc_loss"] for _ in range(3)]
     assert losses_seen[0] < math.log(2) + 1e-6 and losses_seen[-1] < losses_seen[0]
 
 
 def test_train_gail_runs(base):
-    history, disc = gail.train_gail(minirl.load_model("base"), datasets.load_demos()[:128], gail.GAILConfig(),
-                                    PPOConfig(steps=2, prompts_per_step=4, group_size=2, epochs=1, minibatches=1))
+    policy = minirl.load_model("base")
+    history, disc = gail.train_gail(policy, datasets.load_demos()[:128], gail.GAILConfig(),
+                                    GRPOConfig(steps=2, prompts_per_step=1, group_size=4, beta=0.0))
     assert len(history) == 2 and {"disc_loss", "d_expert", "d_policy"} <= set(history[0])
+    assert disc.policy is policy and disc.reference is not policy  # the reference is a frozen copy of the start
+    assert all(torch.equal(p, q) for p, q in zip(disc.reference.parameters(), minirl.load_model("base").parameters()))
 
 
 def test_replay_buffer_and_warm_start(base):
     """The discriminator trains on its last `policy_batches` batches of policy samples (the
     batches' own contents, oldest dropped); `pretrain` samples the fixed policy once per step."""
     enc = minirl.load_tokenizer()
-    disc = gail.Discriminator(datasets.load_demos()[:16], gail.GAILConfig(expert_batch=16, policy_batches=2), base=base)
+    disc = gail.Discriminator(datasets.load_demos()[:16], gail.GAILConfig(expert_batch=16, policy_batches=2), policy=base,
+                              base=base)
     batches = [[enc.encode(f"plan: {a} {a} {a} {a} .")] for a in ("run", "nap", "cook")]
     for b in batches:
         disc.update(b)
@@ -79,5 +111,21 @@ def test_replay_buffer_and_warm_start(base):
     stats = gail.pretrain(disc, base, steps=2, batch=3, generator=torch.Generator().manual_seed(0))
     assert len(stats) == 2 and all(len(b) == 3 and b[0][: len(enc.encode("plan:"))] == enc.encode("plan:") for b in disc.buffer)
     history, _ = gail.train_gail(minirl.load_model("base"), datasets.load_demos()[:16], gail.GAILConfig(expert_batch=16),
-                                 PPOConfig(steps=1, prompts_per_step=2, group_size=2, epochs=1, minibatches=1), pretrain_steps=2)
-    assert len(history) == 1 and "d_expert" in history[0]  # the warm start's statistics are not merged into PPO's steps
+                                 GRPOConfig(steps=1, prompts_per_step=1, group_size=2, beta=0.0), pretrain_steps=2)
+    assert len(history) == 1 and "d_expert" in history[0]  # the warm start's statistics are not merged into GRPO's steps
+
+
+def test_the_discriminator_keeps_the_first_blocks_of_the_base(base):
+    """disc_layers=k: the network is the base's embeddings, its first k blocks (copied, not shared) and
+    its final LayerNorm; more blocks than the base has is an error."""
+    disc = gail.Discriminator(datasets.load_demos()[:8], gail.GAILConfig(disc_layers=2), policy=base, base=base)
+    trunk = disc.model.transformer
+    assert len(trunk.h) == trunk.config.n_layer == 2 and trunk.h[0] is not base.h[0]
+    ids = torch.tensor([gail.plan_sequences()[7]])
+    with torch.no_grad():
+        x = base.wte(ids) + base.wpe(torch.arange(ids.size(1))[None])
+        for block in base.h[:2]:
+            x = block(x, None, None, 0, None, None)
+        assert torch.allclose(trunk.hidden_states(ids), base.ln_f(x), atol=1e-6)
+    with pytest.raises(ValueError, match="disc_layers"):
+        gail.Discriminator(datasets.load_demos()[:8], gail.GAILConfig(disc_layers=7), policy=base, base=base)

@@ -182,19 +182,21 @@ def test_dpo_holds_on_more_seeds(seed):
 
 def test_gail_csvs_cover_every_job():
     """Lesson 10's sweep: every job has its rows, evaluated at the steps it promises; the
-    discriminator's logits cover every plan."""
+    discriminators' logits cover every plan."""
     from minirl import world
     script = load_script("gail")
     tuning = script.read_rows("gail_tuning")
     assert [(r["run"], r["lr"], r["seed"]) for r in tuning] == [(run, lr, s) for run, _, s, lr in script.tuning_jobs()]
     evals = script.read_rows("gail_evals")
     for run, n, seed, lr in script.jobs(script.tuned_rates(tuning)):
-        every, steps = ((script.EVAL_EVERY, script.PPO_CONFIG["steps"]) if run == "gail"
-                        else (script.BC_EVAL_EVERY, script.BC_CONFIG["steps"]))
+        every, steps = ((script.BC_EVAL_EVERY, script.BC_CONFIG["steps"]) if run == "bc"
+                        else (script.EVAL_EVERY, script.GRPO_CONFIG["steps"]))
         assert [r["step"] for r in evals if (r["run"], r["demos"], r["seed"], r["lr"]) == (run, n, seed, lr)] == \
             list(range(0, steps + 1, every))
     plans, _ = world.expert_plan_distribution()
-    assert [r["plan"] for r in script.read_rows("gail_disc")] == [" ".join(p) for p in plans]
+    disc = script.read_rows("gail_disc")
+    assert [r["plan"] for r in disc] == [" ".join(p) for p in plans]
+    assert all(isinstance(r["logit"], float) and isinstance(r["f"], float) for r in disc)
     for name, fields in (("gail_evals", script.EVAL_FIELDS), ("gail_disc", script.DISC_FIELDS),
                          ("gail_tuning", script.TUNING_FIELDS)):
         with open(SWEEPS / f"{name}.csv") as f:
@@ -202,15 +204,17 @@ def test_gail_csvs_cover_every_job():
 
 
 @pytest.mark.slow
-def test_gail_holds_on_another_seed():
-    """Lesson 10 reads GAIL's runs from gail_evals.csv and says GAIL takes KL(expert || policy) from the
-    base's 0.472 to 0.21-0.23 at its best evaluation on every seed (not held to the end). This re-runs
-    seed 1 with the script and asserts that its best evaluation is at least 36% below the base (0.30),
-    with at least 95% of the mass on plans there (runs drift apart across machines and thread counts,
-    hence the room under 0.23)."""
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gail_meets_its_target_on_three_seeds(seed):
+    """Lesson 10 reads GAIL's runs from gail_evals.csv and says that on each of its three seeds GAIL
+    (2,000 demonstrations) ends with KL(expert || policy) at least 40% below the base's and a true
+    reward within 0.3 of the expert's. This re-runs each seed with the script and asserts exactly that,
+    and that at least 95% of the final policy's mass is on plans."""
+    from minirl import gail
     script = load_script("gail")
     lr = script.tuned_rates(script.read_rows("gail_tuning"))["gail"]
-    rows = script.gail_run(max(script.DEMOS), 1, lr)
+    rows, _ = script.gail_run(max(script.DEMOS), seed, lr)
     assert rows[0]["kl"] == pytest.approx(0.472, abs=0.002)
-    best = min(rows, key=lambda r: r["kl"])
-    assert best["kl"] <= 0.30 and best["plan_mass"] >= 0.95
+    final = rows[-1]
+    assert final["kl"] <= 0.6 * rows[0]["kl"] and final["reward"] >= gail.expert_true_reward() - 0.3
+    assert final["plan_mass"] >= 0.95
