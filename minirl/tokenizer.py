@@ -101,7 +101,11 @@ def load_tokenizer() -> tiktoken.Encoding:
     """
     root = data_dir()
     if root not in _cache:
-        payload = json.loads(verified_path(FILE).read_text())
-        ranks = {base64.b64decode(t): i for i, t in enumerate(payload["ranks"])}
-        _cache[root] = build_encoding(ranks, payload["pattern"])
+        _cache[root] = build_encoding(*load_ranks())
     return _cache[root]
+
+
+def load_ranks() -> tuple[dict[bytes, int], str]:
+    """The shipped BPE ranks (token bytes -> id) and the split pattern, from data/tokenizer.json."""
+    payload = json.loads(verified_path(FILE).read_text())
+    return {base64.b64decode(t): i for i, t in enumerate(payload["ranks"])}, payload["pattern"]
