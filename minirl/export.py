@@ -23,18 +23,28 @@ def hf_state_dict(model: GPT) -> dict:
     return out
 
 
-def to_hf_gpt2(model: GPT):
-    """A `transformers.GPT2LMHeadModel` with the same weights (and so the same logits)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+def hf_config(model: GPT):
+    """The `transformers.GPT2Config` of our model's shape and numerics."""
+    from transformers import GPT2Config
 
     c = model.config
-    config = GPT2Config(
+    return GPT2Config(
         vocab_size=c.vocab_size, n_positions=c.n_ctx, n_embd=c.n_embd, n_layer=c.n_layer, n_head=c.n_head,
         activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
         layer_norm_epsilon=1e-5, tie_word_embeddings=True,
     )
-    hf = GPT2LMHeadModel(config)
-    missing, unexpected = hf.load_state_dict(hf_state_dict(model), strict=False)
+
+
+def to_hf_gpt2(model: GPT):
+    """A `transformers.GPT2LMHeadModel` with the same weights (and so the same logits)."""
+    from transformers import GPT2LMHeadModel
+
+    return load_weights(GPT2LMHeadModel(hf_config(model)), hf_state_dict(model))
+
+
+def load_weights(hf, state: dict):
+    """Load `state` into a Hugging Face model, every weight accounted for; in eval mode."""
+    missing, unexpected = hf.load_state_dict(state, strict=False)
     # GPT-2 may register non-parameter buffers (attention masks) that we do not have
     if unexpected or any(not k.endswith((".attn.bias", ".attn.masked_bias")) for k in missing):
         raise RuntimeError(f"export mismatch: missing {missing}, unexpected {unexpected}")
@@ -48,15 +58,11 @@ def to_hf_reward_model(rm: RewardModel):
     `reward_std`; HF's model returns the raw score (its head has no bias to fold the mean into)."""
     from transformers import GPT2ForSequenceClassification
 
-    config = to_hf_gpt2(rm.transformer).config
+    config = hf_config(rm.transformer)
     config.num_labels, config.pad_token_id = 1, rm.pad_token_id
     config.reward_mean, config.reward_std = rm.reward_mean.item(), rm.reward_std.item()
-    hf = GPT2ForSequenceClassification(config)
     state = {k: v for k, v in hf_state_dict(rm.transformer).items() if k.startswith("transformer.")}
-    missing, unexpected = hf.load_state_dict({**state, "score.weight": rm.score.weight.detach()}, strict=False)
-    if unexpected or any(not k.endswith((".attn.bias", ".attn.masked_bias")) for k in missing):
-        raise RuntimeError(f"export mismatch: missing {missing}, unexpected {unexpected}")
-    return hf.eval()
+    return load_weights(GPT2ForSequenceClassification(config), {**state, "score.weight": rm.score.weight.detach()})
 
 
 def to_hf_tokenizer():
