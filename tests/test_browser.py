@@ -10,8 +10,10 @@ lessons, and stopped by its process id at the end.
   lesson once the kernel is gone.
 
 Every wait is for a state (a cell's execution count, the kernel idle, an image replaced), never a
-fixed time, so a slow machine only makes it slower. The one timed window, 3 s in which a freshly
-opened lesson must stay unmodified, can only let a late mark through, never fail a good lesson.
+fixed time, so a slow machine only makes it slower; a plot's picture is retaken until the image was
+not replaced while it was taken (the output widget may swap it after the kernel reports idle). The
+one timed window, 3 s in which a freshly opened lesson must stay unmodified, can only let a late
+mark through, never fail a good lesson.
 """
 import io
 import json
@@ -34,7 +36,8 @@ import pytest
 
 from browser import browser  # noqa: F401  (the fixture)
 
-expect = pytest.importorskip("playwright.sync_api", reason="Playwright is missing: make install").expect
+sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is missing: make install")
+expect, PlaywrightError = sync_api.expect, sync_api.Error
 pytestmark = pytest.mark.browser
 
 LESSONS = Path(__file__).resolve().parents[1] / "lessons"
@@ -202,10 +205,25 @@ def pixels(png: bytes) -> np.ndarray:
     return matplotlib.image.imread(io.BytesIO(png), format="png")
 
 
+def settled_plot(plot, tries: int = 40) -> tuple[np.ndarray, str]:
+    """The plot's pixels and its source, taken while it is not being replaced: the widget's output
+    can swap its image after the kernel reports idle, detaching the element mid-screenshot."""
+    for _ in range(tries):
+        source = plot.get_attribute("src")
+        try:
+            png = plot.screenshot()
+        except PlaywrightError:  # replaced between finding the image and taking its picture
+            png = None
+        if png is not None and plot.get_attribute("src") == source:
+            return pixels(png), source
+        time.sleep(0.25)
+    raise AssertionError(f"the plot was still being replaced after {tries} tries")
+
+
 def move_and_check_redraw(page, cell, slider) -> None:
     """Move one slider a step with the keyboard; the plot must be replaced by one whose pixels differ."""
     plot = cell.locator(".widget-output img").first
-    before, source = pixels(plot.screenshot()), plot.get_attribute("src")
+    before, source = settled_plot(plot)
     readout, handle = slider.locator(".widget-readout"), slider.locator(".noUi-handle")
     value = readout.inner_text()
     at_max = float(handle.get_attribute("aria-valuenow")) >= float(handle.get_attribute("aria-valuemax"))
@@ -214,7 +232,7 @@ def move_and_check_redraw(page, cell, slider) -> None:
     expect(readout).not_to_have_text(value)
     expect(plot).not_to_have_attribute("src", source)
     wait_idle(page)
-    after = pixels(plot.screenshot())
+    after, _ = settled_plot(plot)
     assert before.shape != after.shape or np.abs(before - after).max() > 0, "the plot did not change"
 
 
