@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from grpo_vs_trl import StepTimer  # noqa: E402
 from sampler_vs_hf import cpu_name  # noqa: E402
-from trl_tiny import dpo_trainer, random_prompts, word_tokenizer  # noqa: E402
+from trl_tiny import dpo_trainer, random_prompts, special_ids, word_tokenizer  # noqa: E402
 
 from minirl.dpo import DPOConfig, objective, pair_logprobs, reference_logprobs  # noqa: E402
 from minirl.export import to_hf_gpt2  # noqa: E402
@@ -53,7 +53,7 @@ STEPS = WARMUP + TIMED
 
 def trl_times(model: GPT, pairs: list[dict]) -> list[float]:
     with tempfile.TemporaryDirectory(prefix="dpo-vs-trl-") as workdir:
-        tr = dpo_trainer(to_hf_gpt2(model), None, word_tokenizer(VOCAB), pairs, workdir, beta=BETA, batch_size=PAIRS,
+        tr = dpo_trainer(to_hf_gpt2(model, **special_ids(VOCAB)), None, word_tokenizer(VOCAB), pairs, workdir, beta=BETA, batch_size=PAIRS,
                          learning_rate=LR, max_grad_norm=1.0, max_steps=STEPS, precompute_ref_log_probs=True)
         timer = StepTimer()
         tr.add_callback(timer)

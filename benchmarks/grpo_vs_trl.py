@@ -31,7 +31,7 @@ from transformers import TrainerCallback  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from sampler_vs_hf import cpu_name  # noqa: E402
-from trl_tiny import random_prompts, trainer, word_tokenizer  # noqa: E402
+from trl_tiny import random_prompts, special_ids, trainer, word_tokenizer  # noqa: E402
 
 from minirl.export import to_hf_gpt2  # noqa: E402
 from minirl.grpo_trainer import GRPOConfig, grpo_update  # noqa: E402
@@ -63,7 +63,7 @@ def trl_times(model: GPT, prompts: list[str], new: int) -> list[float]:
     def reward_fn(prompts, completions, **kwargs):
         return distinct_words(completions)
     with tempfile.TemporaryDirectory(prefix="grpo-vs-trl-") as workdir:
-        tr = trainer("grpo", to_hf_gpt2(model), word_tokenizer(VOCAB), prompts, reward_fn, workdir, num_generations=GROUP,
+        tr = trainer("grpo", to_hf_gpt2(model, **special_ids(VOCAB)), word_tokenizer(VOCAB), prompts, reward_fn, workdir, num_generations=GROUP,
                      batch_size=PROMPTS * GROUP, max_completion_length=new, beta=BETA, learning_rate=3e-4,
                      max_steps=WARMUP + TIMED, generation_kwargs={"min_new_tokens": new})
         timer = StepTimer()

@@ -1,5 +1,6 @@
 """Export to Hugging Face, for students moving on to TRL: the policy as `GPT2LMHeadModel`, a reward
-model as `GPT2ForSequenceClassification`, the tokenizer as a fast tokenizer.
+model as `GPT2ForSequenceClassification`, a critic as `GPT2ForTokenClassification`, the tokenizer as
+a fast tokenizer, and `save` writing them to one folder that `from_pretrained` loads offline.
 
 Our layout is GPT-2's, so the model export is a rename plus a transpose: GPT-2 stores its linear
 layers as Conv1D with weights (in, out), where `nn.Linear` keeps (out, in). The activation must
@@ -7,9 +8,12 @@ be GPT-2's tanh approximation ("gelu_new"), dropout off, and LayerNorm eps 1e-5.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
+from .critic import ValueHead
 from .model import GPT
 from .reward_model import RewardModel
-from .tokenizer import EOS, PAD, SPECIAL_TOKENS, load_ranks
+from .tokenizer import EOS, PAD, SPECIAL_TOKENS, load_ranks, load_tokenizer
 
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
@@ -23,23 +27,43 @@ def hf_state_dict(model: GPT) -> dict:
     return out
 
 
-def hf_config(model: GPT):
-    """The `transformers.GPT2Config` of our model's shape and numerics."""
+def course_special_ids() -> tuple[int, int]:
+    """(EOS id, PAD id) of the course tokenizer: 504 and 505 of its 506 tokens."""
+    enc = load_tokenizer()
+    return enc.eot_token, enc.encode_single_token(PAD)
+
+
+def hf_config(model: GPT, eos_token_id: int | None = None, pad_token_id: int | None = None):
+    """The `transformers.GPT2Config` of our model's shape and numerics, with EOS (also BOS) and PAD
+    ids inside its vocabulary: the course tokenizer's unless given (a model on another tokenizer
+    must give its own; GPT2Config's default, 50256, lies outside a 506-token vocabulary)."""
     from transformers import GPT2Config
 
     c = model.config
+    course_eos, course_pad = course_special_ids()
+    eos = course_eos if eos_token_id is None else eos_token_id
+    pad = course_pad if pad_token_id is None else pad_token_id
+    for name, i in (("eos_token_id", eos), ("pad_token_id", pad)):
+        if not 0 <= i < c.vocab_size:
+            raise ValueError(f"{name}={i} is outside the model's vocabulary of {c.vocab_size} tokens: pass the ids "
+                             "of your tokenizer's EOS and padding tokens (to_hf_gpt2(model, eos_token_id=..., pad_token_id=...))")
     return GPT2Config(
         vocab_size=c.vocab_size, n_positions=c.n_ctx, n_embd=c.n_embd, n_layer=c.n_layer, n_head=c.n_head,
         activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        layer_norm_epsilon=1e-5, tie_word_embeddings=True,
+        layer_norm_epsilon=1e-5, tie_word_embeddings=True, bos_token_id=eos, eos_token_id=eos, pad_token_id=pad,
     )
 
 
-def to_hf_gpt2(model: GPT):
-    """A `transformers.GPT2LMHeadModel` with the same weights (and so the same logits)."""
-    from transformers import GPT2LMHeadModel
+def to_hf_gpt2(model: GPT, eos_token_id: int | None = None, pad_token_id: int | None = None):
+    """A `transformers.GPT2LMHeadModel` with the same weights (and so the same logits); its config and
+    generation config carry the EOS/BOS and PAD ids (the course tokenizer's unless given)."""
+    from transformers import GenerationConfig, GPT2LMHeadModel
 
-    return load_weights(GPT2LMHeadModel(hf_config(model)), hf_state_dict(model))
+    hf = load_weights(GPT2LMHeadModel(hf_config(model, eos_token_id, pad_token_id)), hf_state_dict(model))
+    c = hf.config
+    hf.generation_config = GenerationConfig(bos_token_id=c.bos_token_id, eos_token_id=c.eos_token_id,
+                                            pad_token_id=c.pad_token_id)
+    return hf
 
 
 def load_weights(hf, state: dict):
@@ -65,6 +89,21 @@ def to_hf_reward_model(rm: RewardModel):
     return load_weights(GPT2ForSequenceClassification(config), {**state, "score.weight": rm.score.weight.detach()})
 
 
+def to_hf_critic(trunk: GPT, head: ValueHead):
+    """A `transformers.GPT2ForTokenClassification` (one label) giving the critic's values at every
+    position: its output at position i is V of the state after tokens 0..i, so for a completion
+    starting at position P, minirl's `completion_values[:, t]` (V before completion token t) is its
+    output at P - 1 + t. A token classifier, not a sequence classifier, because the value head has
+    a bias, which HF's sequence-classification head lacks."""
+    from transformers import GPT2ForTokenClassification
+
+    config = hf_config(trunk)
+    config.num_labels = 1
+    state = {k: v for k, v in hf_state_dict(trunk).items() if k.startswith("transformer.")}
+    return load_weights(GPT2ForTokenClassification(config), {
+        **state, "classifier.weight": head.v.weight.detach(), "classifier.bias": head.v.bias.detach()})
+
+
 def to_hf_tokenizer():
     """The course tokenizer as a `transformers.PreTrainedTokenizerFast` with the same ids, built offline
     from the shipped BPE ranks by transformers' tiktoken converter, handed the ranks directly (its
@@ -86,3 +125,26 @@ def to_hf_tokenizer():
     backend = RanksConverter(vocab_file=ranks, pattern=pattern, extra_special_tokens=list(SPECIAL_TOKENS)).converted()
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=EOS, eos_token=EOS, pad_token=PAD,
                                    split_special_tokens=True)
+
+
+def save(folder, policy: GPT, reward_model: RewardModel | None = None,
+         critic: tuple[GPT, ValueHead] | None = None) -> dict[str, Path]:
+    """Write the policy with the tokenizer and its generation config to `folder`, and the reward model
+    and critic (when given) to its subfolders `reward_model/` and `critic/`, each with the tokenizer,
+    as `from_pretrained` reads them (safetensors). Returns the folder of each model.
+
+        AutoModelForCausalLM.from_pretrained(folder); AutoTokenizer.from_pretrained(folder)
+        AutoModelForSequenceClassification.from_pretrained(folder / "reward_model")
+        AutoModelForTokenClassification.from_pretrained(folder / "critic")
+    """
+    folder = Path(folder)
+    models = {"policy": (folder, to_hf_gpt2(policy))}
+    if reward_model is not None:
+        models["reward_model"] = (folder / "reward_model", to_hf_reward_model(reward_model))
+    if critic is not None:
+        models["critic"] = (folder / "critic", to_hf_critic(*critic))
+    tokenizer = to_hf_tokenizer()
+    for path, hf in models.values():
+        hf.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+    return {name: path for name, (path, _) in models.items()}

@@ -23,7 +23,7 @@ def test_logits_equal_hugging_face_gpt2(model):
     transformers = pytest.importorskip("transformers", reason="transformers is in the dev extra")
     from minirl.export import to_hf_gpt2
 
-    hf = to_hf_gpt2(model)
+    hf = to_hf_gpt2(model, eos_token_id=96, pad_token_id=95)
     assert isinstance(hf, transformers.GPT2LMHeadModel)
     idx = torch.randint(0, CONFIG.vocab_size, (3, CONFIG.n_ctx), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

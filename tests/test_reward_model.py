@@ -56,12 +56,12 @@ def test_layout_and_scores_equal_hugging_faces_gpt2_sequence_classifier(rm):
     """Same weights in transformers' GPT2ForSequenceClassification (pad_token_id set): same scores,
     its own last-token rule included. Our state dict holds its names (Conv1D weights transposed)."""
     transformers = pytest.importorskip("transformers", reason="transformers is in the dev extra")
-    from minirl.export import hf_state_dict, to_hf_gpt2
+    from minirl.export import hf_config, hf_state_dict
 
     names = set(rm.state_dict())
     assert "score.weight" in names and "score.bias" not in names and "transformer.wte.weight" in names
-    config = to_hf_gpt2(rm.transformer).config
-    config.num_labels, config.pad_token_id = 1, PAD_ID
+    config = hf_config(rm.transformer, EOS_ID, PAD_ID)
+    config.num_labels = 1
     hf = transformers.GPT2ForSequenceClassification(config).eval()
     state = {k: v for k, v in hf_state_dict(rm.transformer).items() if k != "lm_head.weight"}
     state["score.weight"] = rm.score.weight.detach()

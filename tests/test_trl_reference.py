@@ -21,7 +21,7 @@ from minirl.dpo import pair_logprobs  # noqa: E402
 from minirl.export import CONV1D, to_hf_gpt2  # noqa: E402
 from minirl.model import GPT, GPTConfig  # noqa: E402
 from minirl.ops import token_logprobs  # noqa: E402
-from trl_tiny import dpo_trainer, random_prompts, trainer, word_tokenizer  # noqa: E402
+from trl_tiny import dpo_trainer, random_prompts, special_ids, trainer, word_tokenizer  # noqa: E402
 
 VOCAB, G, PROMPTS, NEW = 64, 4, 3, 6
 # per group: spread rewards, all equal (zero advantage, never NaN), one success among failures
@@ -31,7 +31,7 @@ LOSS_TYPES = [("sequence_mean", "grpo"), ("token_mean", "bnpo"), ("token_mean", 
 
 def build(kind, workdir, **config):
     torch.manual_seed(0)
-    hf = to_hf_gpt2(GPT(GPTConfig(vocab_size=VOCAB, n_ctx=32, n_embd=32, n_layer=2, n_head=2)))
+    hf = to_hf_gpt2(GPT(GPTConfig(vocab_size=VOCAB, n_ctx=32, n_embd=32, n_layer=2, n_head=2)), **special_ids(VOCAB))
 
     def reward_fn(prompts, completions, **kwargs):
         return REWARDS[: len(completions)]
@@ -132,8 +132,9 @@ def test_dpo_loss_matches_trl(loss_type, average, tmp_path):
         for p in policy.parameters():
             p.add_(0.05 * torch.randn_like(p))
     tokenizer = word_tokenizer(VOCAB)
-    tr = dpo_trainer(to_hf_gpt2(policy), to_hf_gpt2(reference), tokenizer, ragged_pairs(n), tmp_path, beta=beta,
-                     batch_size=n, loss_type=loss_type)
+    policy_hf, reference_hf = (to_hf_gpt2(m, **special_ids(VOCAB)) for m in (policy, reference))
+    tr = dpo_trainer(policy_hf, reference_hf, tokenizer, ragged_pairs(n), tmp_path, beta=beta, batch_size=n,
+                     loss_type=loss_type)
     rows = [tr.train_dataset[i] for i in range(n)]
     batch = tr.data_collator(rows)
     assert batch["completion_mask"].sum(1).unique().numel() > 2, "ragged responses: the mask must matter"

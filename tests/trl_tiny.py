@@ -24,6 +24,11 @@ def word_tokenizer(vocab_size: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
 
 
+def special_ids(vocab_size: int) -> dict[str, int]:
+    """The word tokenizer's EOS and PAD ids, for `to_hf_gpt2(model, **special_ids(vocab_size))`."""
+    return {"eos_token_id": vocab_size - 1, "pad_token_id": vocab_size - 2}
+
+
 def random_prompts(n: int, length: int, vocab_size: int, seed: int = 0) -> list[str]:
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab_size - 2, (n, length), generator=g)
