@@ -8,12 +8,14 @@ BIN := $(VENV)/bin
 
 install: $(VENV)/.installed
 
+# verl's wheel is downloaded, not installed: tests/test_scale_out.py reads its config files only.
 # jupyterlab/overrides.json: JupyterLab defaults for the course's environment (widget state saved
 # with the notebook, so a reopened lesson shows its sliders' last frame instead of "model not found")
 $(VENV)/.installed: pyproject.toml constraints.txt jupyterlab/overrides.json
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e ".[dev]"
+	$(BIN)/pip download -q --no-deps verl==0.9.1 -d $(VENV)/wheels
 	mkdir -p $(VENV)/share/jupyter/lab/settings
 	cp jupyterlab/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $@

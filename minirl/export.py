@@ -15,6 +15,8 @@ from .model import GPT
 from .reward_model import RewardModel
 from .tokenizer import EOS, PAD, SPECIAL_TOKENS, load_ranks, load_tokenizer
 
+# the messages' contents, concatenated, nothing added (no roles, no generation prompt)
+PLAIN_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
@@ -66,6 +68,26 @@ def to_hf_gpt2(model: GPT, eos_token_id: int | None = None, pad_token_id: int | 
     return hf
 
 
+def use_mask_positions(hf):
+    """Make a Hugging Face model number positions from its attention mask when a caller gives no
+    position_ids, as `generate()` does and our model always does; returns the model.
+
+    GPT-2 learns absolute position embeddings. Called with left-padded rows and no position_ids, HF's
+    GPT-2 numbers the padding too, so a row's first real token sits at position 2 instead of 0 and
+    its logits change (by up to 16 on the course's prompts). TRL computes the training log-probs that
+    way (only `generate()` passes positions), so without this hook the policy is scored at other
+    positions than it sampled at. Rotary models (Llama, Qwen) are untouched by the shift, which is
+    why it goes unnoticed there. The hook fills position_ids = cumsum(mask) - 1 for the tokens given."""
+    def fill_positions(module, args, kwargs):
+        mask, ids = kwargs.get("attention_mask"), kwargs.get("input_ids", args[0] if args else None)
+        if kwargs.get("position_ids") is None and mask is not None and ids is not None:
+            kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -ids.size(1):]
+        return args, kwargs
+
+    hf.register_forward_pre_hook(fill_positions, with_kwargs=True)
+    return hf
+
+
 def load_weights(hf, state: dict):
     """Load `state` into a Hugging Face model, every weight accounted for; in eval mode."""
     missing, unexpected = hf.load_state_dict(state, strict=False)
@@ -112,7 +134,10 @@ def to_hf_tokenizer():
     Text that spells a special token stays text (split_special_tokens=True): tiktoken refuses such text
     unless told, and Hugging Face would by default map it to the special id, so a user could end a
     sequence by typing "<|endoftext|>". The result equals `load_tokenizer().encode(text,
-    disallowed_special=())`."""
+    disallowed_special=())`.
+
+    The course's models have no chat format; engines that always apply a chat template (verl) get
+    `PLAIN_CHAT_TEMPLATE`, which returns the messages' text unchanged."""
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
@@ -123,8 +148,10 @@ def to_hf_tokenizer():
 
     ranks, pattern = load_ranks()
     backend = RanksConverter(vocab_file=ranks, pattern=pattern, extra_special_tokens=list(SPECIAL_TOKENS)).converted()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=EOS, eos_token=EOS, pad_token=PAD,
-                                   split_special_tokens=True)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=EOS, eos_token=EOS, pad_token=PAD,
+                                        split_special_tokens=True)
+    tokenizer.chat_template = PLAIN_CHAT_TEMPLATE
+    return tokenizer
 
 
 def save(folder, policy: GPT, reward_model: RewardModel | None = None,

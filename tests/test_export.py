@@ -48,6 +48,8 @@ def test_tokenizer_survives_save_and_load(hf_tok, tmp_path):
     text = "plan: run nap <|endoftext|> 12+7="
     assert loaded(text, add_special_tokens=False)["input_ids"] == hf_tok(text, add_special_tokens=False)["input_ids"]
     assert (loaded.eos_token_id, loaded.pad_token_id) == (hf_tok.eos_token_id, hf_tok.pad_token_id)
+    chat = [{"role": "user", "content": "q: 12+7= a:"}]  # engines that insist on a chat template get the text back
+    assert loaded.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) == "q: 12+7= a:"
 
 
 def test_reward_model_gives_the_same_scores():
@@ -70,6 +72,23 @@ def test_reward_model_gives_the_same_scores():
 @pytest.fixture(scope="module")
 def policy():
     return minirl.load_model("base")
+
+
+def test_mask_positions_give_a_left_padded_row_its_own_logits(policy):
+    """TRL scores the policy without position ids; GPT-2's absolute positions then count the padding."""
+    from minirl.export import to_hf_gpt2, use_mask_positions
+    enc = minirl.load_tokenizer()
+    row = torch.tensor([enc.encode_ordinary("q: 4+17= a: 21")])
+    padded = torch.cat([torch.full((1, 3), enc.encode_single_token(PAD)), row], dim=1)
+    mask = (padded != enc.encode_single_token(PAD)).long()
+    hf = to_hf_gpt2(policy)
+    with torch.no_grad():
+        plain = hf(input_ids=row).logits
+        assert (hf(input_ids=padded, attention_mask=mask).logits[:, 3:] - plain).abs().max() > 1.0  # HF's default
+        use_mask_positions(hf)
+        assert (hf(input_ids=padded, attention_mask=mask).logits[:, 3:] - plain).abs().max() <= 1e-4
+        assert (hf(padded, attention_mask=mask).logits[:, 3:] - plain).abs().max() <= 1e-4  # ids given by position
+        assert (hf(input_ids=row).logits - plain).abs().max() == 0  # no mask: nothing to fill
 
 
 def test_policy_export_has_the_course_special_ids_in_its_vocabulary(policy):
