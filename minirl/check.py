@@ -651,3 +651,46 @@ def importance_weights(student_fn) -> None:
              ("a sample q made far more often than exp(R) says: weight near 0", (r, torch.cat([lq[:5], torch.tensor([50.0], dtype=torch.float64)]))),
              ("one sample: weight 1", (r[:1], lq[:1]))]
     run_cases("importance_weights", student_fn, _loop_importance_weights, cases)
+
+
+def _loop_positions(mask):
+    rows = []
+    for row in mask.tolist():
+        seen, out = 0, []
+        for m in row:
+            out.append(max(seen + m - 1, 0))
+            seen += m
+        rows.append(out)
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def positions_from_mask(student_fn) -> None:
+    """Check positions_from_mask(mask) -> (B, L) position ids for left-padded rows: 0 at the first
+    real token, counting up over real tokens; padding gets 0 (it is never attended to)."""
+    cases = [("no padding", (torch.ones(2, 5, dtype=torch.long),)),
+             ("left padding of 0, 2 and 4 tokens", (torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [0, 0, 0, 0, 1]]),)),
+             ("a row of padding only", (torch.tensor([[0, 0, 0], [0, 1, 1]]),)),
+             ("one column", (torch.tensor([[1], [0]]),)),
+             ("a boolean mask", (torch.tensor([[False, True, True, True]]),))]
+    run_cases("positions_from_mask", student_fn, _loop_positions, cases)
+
+
+def _zero_per_rank(n_params, ranks, stage):
+    weights, grads, optimizer = 2 * n_params, 2 * n_params, 12 * n_params  # bytes: bf16, bf16, fp32 master + Adam
+    if stage >= 1:
+        optimizer /= ranks
+    if stage >= 2:
+        grads /= ranks
+    if stage >= 3:
+        weights /= ranks
+    return (weights + grads + optimizer) / 1e9
+
+
+def zero_model_states(student_fn) -> None:
+    """Check zero_model_states(n_params, ranks, stage) -> GB of model states per rank under ZeRO
+    (mixed-precision Adam: 2 + 2 + 12 bytes per parameter; stage 1 shards the 12, stage 2 also the
+    gradients, stage 3 also the weights)."""
+    cases = [(f"7.5B on 64 GPUs, stage {s} (the ZeRO paper's Figure 1)", (7.5e9, 64, s)) for s in range(4)]
+    cases += [("one rank: nothing to shard", (7e9, 1, 3)), ("7B on 8 GPUs, stage 2", (7e9, 8, 2)),
+              ("a 0.3M-parameter model on 2 ranks, stage 3", (3e5, 2, 3))]
+    run_cases("zero_model_states", student_fn, _zero_per_rank, cases)

@@ -13,6 +13,7 @@ from pathlib import Path
 from .critic import ValueHead
 from .model import GPT
 from .reward_model import RewardModel
+from .sampling import positions_from_mask
 from .tokenizer import EOS, PAD, SPECIAL_TOKENS, load_ranks, load_tokenizer
 
 # the messages' contents, concatenated, nothing added (no roles, no generation prompt)
@@ -77,11 +78,12 @@ def use_mask_positions(hf):
     its logits change (by up to 16 on the course's prompts). TRL computes the training log-probs that
     way (only `generate()` passes positions), so without this hook the policy is scored at other
     positions than it sampled at. Rotary models (Llama, Qwen) are untouched by the shift, which is
-    why it goes unnoticed there. The hook fills position_ids = cumsum(mask) - 1 for the tokens given."""
+    why it goes unnoticed there. The hook fills in our sampler's positions (`positions_from_mask`) for
+    the tokens given."""
     def fill_positions(module, args, kwargs):
         mask, ids = kwargs.get("attention_mask"), kwargs.get("input_ids", args[0] if args else None)
         if kwargs.get("position_ids") is None and mask is not None and ids is not None:
-            kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -ids.size(1):]
+            kwargs["position_ids"] = positions_from_mask(mask)[:, -ids.size(1):]
         return args, kwargs
 
     hf.register_forward_pre_hook(fill_positions, with_kwargs=True)

@@ -17,6 +17,11 @@ weights; a frozen one its weights only. Two ways to count bytes per parameter:
                          (2), fp32 master weights (4) and moments (4 + 4): 16 bytes per trained
                          parameter, 2 per frozen. An 8B policy alone is then 128 GB.
 
+ZeRO (Rajbhandari et al., 2020) shards a trained model's states across N data-parallel ranks:
+stage 1 the optimizer state (Adam's moments and the fp32 master weights, K = 12 bytes per
+parameter), stage 2 also the gradients, stage 3 also the 16-bit weights; `zero_model_states`
+gives the per-rank bytes.
+
 Activations and the KV cache depend on the batch, not only on the model; `activation_bytes` and
 `kv_cache_bytes` count them for a Llama-style shape (`SHAPES`), and `training_memory` adds them
 when given a batch. These are estimates: allocator overhead, temporary buffers and the logits
@@ -128,3 +133,20 @@ def training_memory(algorithm: str, n_params: float, preset: str = "mixed_adam",
             out["kv_cache"] = kv_cache_bytes(shape, batch, seq_len, p.activation) / GB
     out["total"] = sum(out.values())
     return out
+
+
+def zero_model_states(n_params: float, ranks: int, stage: int, preset: str = "mixed_adam") -> float:
+    """GB of one trained model's states held by each of `ranks` data-parallel ranks under ZeRO
+    `stage` (0 = plain data parallelism, every rank a full copy). With mixed-precision Adam, per
+    parameter: weights 2 and gradients 2 bytes, optimizer state K = 12 (fp32 master 4 + moments 8):
+
+        stage 0: 2 + 2 + K        stage 1: 2 + 2 + K/N        stage 2: 2 + (2 + K)/N        stage 3: (2 + 2 + K)/N
+    """
+    validate.number("n_params", n_params, 0.0)
+    validate.integer("ranks", ranks, minimum=1)
+    validate.choice("stage", stage, [0, 1, 2, 3])
+    validate.choice("preset", preset, sorted(PRESETS))
+    p = PRESETS[preset]
+    optimizer = p.master + p.optimizer  # K
+    sharded = {0: 0, 1: optimizer, 2: optimizer + p.grads, 3: optimizer + p.grads + p.weights}[stage]
+    return n_params * (p.trained() - sharded + sharded / ranks) / GB

@@ -8,9 +8,9 @@ from lesson 06 to a cluster (lesson 11).
 Rank 0 exports the base model and the tokenizer to `<output_dir>/base` (`minirl.export.save`);
 every rank loads them with `from_pretrained`, offline (HF_HUB_OFFLINE=1 is set here). TRL's
 `GRPOTrainer` trains on the arithmetic training prompts with `minirl.rewards.arithmetic_reward`.
-Held-out pass@1 (300 prompts never in the corpus, `eval_samples` completions each at temperature
-1, Hugging Face `generate`) is measured before and after, each rank scoring its share of the
-prompts. TRL scores the policy without position ids, which shifts GPT-2's absolute positions under
+Held-out pass@1 and pass@8 (300 prompts never in the corpus, `eval_samples` = 8 completions each
+at temperature 1, Hugging Face `generate`) are measured before and after, each rank sampling its
+share of the prompts. TRL scores the policy without position ids, which shifts GPT-2's absolute positions under
 left padding: the script makes the model number positions from the mask
 (`minirl.export.use_mask_positions`) unless told `--no_position_fix`. `<output_dir>/metrics.json` gets the figures, and checks that the run was data parallel:
 the ranks seen from inside, and every rank's weights equal after training (gradients averaged).
@@ -41,24 +41,32 @@ from minirl import datasets, export, rewards  # noqa: E402
 @dataclass
 class ScriptArguments:
     expect_world_size: int = 0  # stop unless the launch gave this many ranks (0: any)
-    eval_samples: int = 8  # completions per held-out prompt for pass@1
+    eval_samples: int = 8  # completions per held-out prompt (pass@1 and pass@eval_samples)
     no_position_fix: bool = False  # leave TRL's training forward numbering the left padding (to see why not)
 
 
 @torch.no_grad()
-def pass_at_1(model, tokenizer, prompts: list[str], samples: int, seed: int) -> float:
-    """Held-out pass@1: the fraction of right answers over `samples` completions per prompt, each rank
-    sampling its share of the prompts; the same value on every rank."""
+def heldout_right(model, tokenizer, prompts: list[str], samples: int, seed: int) -> list[int]:
+    """Right answers out of `samples` completions (temperature 1) of each held-out prompt, in order:
+    each rank samples its share of the prompts, every rank gets the whole list."""
     state = PartialState()
     torch.manual_seed(seed + state.process_index)
     with state.split_between_processes(prompts) as mine:
-        batch = tokenizer([p for p in mine for _ in range(samples)], return_tensors="pt", padding=True,
-                          padding_side="left").to(model.device)
+        rows = [p for p in mine for _ in range(samples)]
+        batch = tokenizer(rows, return_tensors="pt", padding=True, padding_side="left").to(model.device)
         out = model.generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=6)
-        completions = tokenizer.batch_decode(out[:, batch["input_ids"].size(1):], skip_special_tokens=True)
-        right = rewards.arithmetic_reward([p for p in mine for _ in range(samples)], completions)
-    counts = gather_object([(sum(right), len(right))])
-    return sum(c[0] for c in counts) / sum(c[1] for c in counts)
+        right = rewards.arithmetic_reward(rows, tokenizer.batch_decode(out[:, batch["input_ids"].size(1):],
+                                                                        skip_special_tokens=True))
+    per_prompt = [int(sum(right[i:i + samples])) for i in range(0, len(right), samples)]
+    return [n for shard in gather_object([per_prompt]) for n in shard]
+
+
+def heldout_metrics(right: list[int], samples: int) -> dict[str, float]:
+    """pass@1 (mean accuracy), pass@`samples` (a right answer among them), and the share of prompts
+    answered right less than half the time (where abstaining would pay, lesson 06)."""
+    n = len(right)
+    return {"pass@1": round(sum(right) / (n * samples), 4), f"pass@{samples}": round(sum(r > 0 for r in right) / n, 4),
+            "below_half": round(sum(2 * r < samples for r in right) / n, 4)}
 
 
 def weights_digest(model) -> str:
@@ -81,7 +89,7 @@ def main():
     tokenizer = AutoTokenizer.from_pretrained(base)
     heldout = [r["prompt"] for r in datasets.load_prompts("arithmetic", "test")]
     train = Dataset.from_dict({"prompt": [r["prompt"] for r in datasets.load_prompts("arithmetic", "train")]})
-    before = pass_at_1(AutoModelForCausalLM.from_pretrained(base), tokenizer, heldout, script.eval_samples, config.seed)
+    before = heldout_right(AutoModelForCausalLM.from_pretrained(base), tokenizer, heldout, script.eval_samples, config.seed)
 
     trainer = GRPOTrainer(model=str(base), reward_funcs=rewards.arithmetic_reward, args=config, train_dataset=train,
                           processing_class=tokenizer)
@@ -92,7 +100,7 @@ def main():
     trainer.train()
     seconds = time.perf_counter() - start
     model = trainer.model.eval()
-    after = pass_at_1(model, tokenizer, heldout, script.eval_samples, config.seed)
+    after = heldout_right(model, tokenizer, heldout, script.eval_samples, config.seed)
 
     ranks, digests = gather_object([state.process_index]), gather_object([weights_digest(model)])
     logs = [entry for entry in trainer.state.log_history if "reward" in entry]
@@ -101,16 +109,18 @@ def main():
         "seed": config.seed, "steps": trainer.state.global_step,
         "completions_per_step": config.per_device_train_batch_size * state.num_processes * config.gradient_accumulation_steps,
         "heldout_prompts": len(heldout), "eval_samples": script.eval_samples,
-        "pass@1_before": round(before, 4), "pass@1_after": round(after, 4),
+        **{f"{k}_before": v for k, v in heldout_metrics(before, script.eval_samples).items()},
+        **{f"{k}_after": v for k, v in heldout_metrics(after, script.eval_samples).items()},
         "reward_first_5_steps": round(sum(e["reward"] for e in logs[:5]) / len(logs[:5]), 4),
         "reward_last_5_steps": round(sum(e["reward"] for e in logs[-5:]) / len(logs[-5:]), 4),
         "kl_max": round(max(e.get("kl", 0.0) for e in logs), 4),
         "train_seconds": round(seconds, 1), "seconds_per_step": round(seconds / trainer.state.global_step, 3),
         "threads_per_rank": torch.get_num_threads(),
+        "history": [{"step": e["step"], "reward": round(e["reward"], 4), "kl": round(e.get("kl", 0.0), 4)} for e in logs],
     }
     if state.is_main_process:
         (Path(config.output_dir) / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
-        print(json.dumps(metrics))
+        print(json.dumps({k: v for k, v in metrics.items() if k != "history"}))
 
 
 if __name__ == "__main__":

@@ -114,3 +114,18 @@ def test_lesson_10_checkers(capsys):
     unshifted = lambda r, lq: (r - lq).exp() / (r - lq).exp().sum()  # noqa: E731  overflows near 1000
     assert verdict(capsys, check.importance_weights, unshifted).startswith("FAIL importance_weights: 1 of 5")
     assert "not implemented yet" in verdict(capsys, check.importance_weights, not_done)
+
+
+def test_lesson_11_checkers(capsys):
+    from minirl import memory
+    mask_positions = lambda m: (m.long().cumsum(-1) - 1).clamp(min=0)  # noqa: E731
+    assert verdict(capsys, check.positions_from_mask, mask_positions).startswith("PASS positions_from_mask: 5 cases")
+    counting_padding = lambda m: torch.arange(m.size(1)).expand(m.shape)  # noqa: E731  HF's default: padding counted
+    assert "left padding of 0, 2 and 4 tokens" in verdict(capsys, check.positions_from_mask, counting_padding)
+    unclamped = lambda m: m.long().cumsum(-1) - 1  # noqa: E731
+    assert verdict(capsys, check.positions_from_mask, unclamped).startswith("FAIL positions_from_mask")
+    assert verdict(capsys, check.zero_model_states, memory.zero_model_states).startswith("PASS zero_model_states: 7 cases")
+    weights_kept = lambda n, r, s: memory.zero_model_states(n, r, min(s, 2))  # noqa: E731  stage 3 as stage 2
+    assert "stage 3 (the ZeRO paper's Figure 1)" in verdict(capsys, check.zero_model_states, weights_kept)
+    all_sharded = lambda n, r, s: 16 * n / r / 1e9 if s else 16 * n / 1e9  # noqa: E731  every stage as stage 3
+    assert verdict(capsys, check.zero_model_states, all_sharded).startswith("FAIL zero_model_states")

@@ -56,3 +56,16 @@ def test_trained_model_memory_matches_measured_on_gpu():
     torch.cuda.synchronize()
     measured = torch.cuda.memory_allocated() / 1e9
     assert measured == pytest.approx(memory.training_memory("dpo", n)["policy"], rel=0.1)
+
+
+def test_zero_model_states_match_the_papers_figure_1():
+    """Rajbhandari et al. (2020), Figure 1: a 7.5B model on 64 data-parallel GPUs, mixed-precision Adam
+    (K = 12): 120 GB per GPU without ZeRO, 31.4 (stage 1), 16.6 (stage 2), 1.9 (stage 3)."""
+    published = {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.9}
+    for stage, gb in published.items():
+        assert memory.zero_model_states(7.5e9, ranks=64, stage=stage) == pytest.approx(gb, abs=0.05)
+    assert memory.zero_model_states(1.5e9, ranks=1, stage=3) == pytest.approx(24.0)  # GPT-2 1.5B: "at least 24 GB"
+    for stage in range(4):  # one rank: nothing to shard
+        assert memory.zero_model_states(7e9, ranks=1, stage=stage) == pytest.approx(7e9 * 16 / 1e9)
+    with pytest.raises(ValueError, match="stage"):
+        memory.zero_model_states(7e9, ranks=8, stage=4)

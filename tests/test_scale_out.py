@@ -148,8 +148,8 @@ def check_trl_run(done: subprocess.CompletedProcess, out: Path, world_size: int)
     m = json.loads((out / "metrics.json").read_text())
     assert (m["world_size"], m["ranks"], m["steps"], m["completions_per_step"]) == (world_size, list(range(world_size)), 60, 128)
     assert m["weights_equal_on_every_rank"]  # gradients averaged across the ranks
-    assert m["pass@1_after"] - m["pass@1_before"] >= 0.10, m  # +0.15 to +0.16 seen on seeds 0-2, one and two ranks
-    assert m["kl_max"] < 1.0, m  # no position mismatch between sampling and scoring
+    assert m["pass@1_after"] - m["pass@1_before"] >= 0.10, m  # +0.153 to +0.179 on seeds 0-2, one and two ranks
+    assert m["kl_max"] < 10, m  # 0.12-0.80 on those runs; 722 to 6,938 with TRL scoring GPT-2 at shifted positions
     return m
 
 
