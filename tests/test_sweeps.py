@@ -218,3 +218,16 @@ def test_gail_meets_its_target_on_three_seeds(seed):
     final = rows[-1]
     assert final["kl"] <= 0.6 * rows[0]["kl"] and final["reward"] >= gail.expert_true_reward() - 0.3
     assert final["plan_mass"] >= 0.95
+
+
+def test_trl_csvs_cover_every_job():
+    script = load_script("trl_grpo")
+    jobs = [(v, s) for v in script.VARIANTS for s in script.SEEDS]
+    with open(SWEEPS / "trl_grpo.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["variant"], int(r["seed"])) for r in rows] == jobs
+    assert tuple(rows[0]) == script.COLUMNS
+    with open(SWEEPS / "trl_grpo_steps.csv") as f:
+        steps = list(csv.DictReader(f))
+    assert sorted({(r["variant"], int(r["seed"])) for r in steps}) == sorted(jobs)
+    assert all(sum(1 for r in steps if (r["variant"], int(r["seed"])) == job) == 60 for job in jobs)
