@@ -24,7 +24,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt jupyterlab/overrides.json
 course: install
 	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) lessons/00_welcome.ipynb
 
-# fast unit tests, then the slow ones (training runs, student notebooks), then every lesson under
+# fast unit tests, then the slow ones (training runs, student notebooks; an idle worker takes tests queued
+# for the other, and the ten slowest are listed), then every lesson under
 # nbval at one thread (as instructors run them), each stage on both cores; then the course in a
 # real browser: JupyterLab and the static site in headless Chromium (skipped without Chromium)
 test: unit slow lessons browser
@@ -33,7 +34,7 @@ unit: install
 	$(BIN)/python -m pytest -n 2 -m "not slow and not browser" tests
 
 slow: install
-	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 -m slow tests
+	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist worksteal --durations=10 -m slow tests
 
 lessons: install
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadfile --nbval lessons
