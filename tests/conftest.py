@@ -1,5 +1,6 @@
-"""Under pytest-xdist each worker uses one torch thread: two workers with two threads each on a
-2-core machine oversubscribe it, and OpenMP's spinning then slows every test several-fold.
+"""Under pytest-xdist each worker uses one torch thread, and so does every process a test starts: two
+workers with two threads each on a 2-core machine oversubscribe it, and OpenMP's spinning then slows
+every test several-fold (a two-thread TRL run beside a one-thread lesson took 5x and 8x their time).
 Tests never touch the network: Hugging Face libraries are told to stay offline.
 
 A test run leaves nothing in the system's temporary directory: the controlling process points
@@ -16,6 +17,13 @@ import torch  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"  # and one thread in every process a test starts (a TRL run, a kernel)
+
+
+def pytest_collection_modifyitems(items):
+    """Tests marked `minutes` first: the two workers start on the longest and finish together
+    (a long test collected last would run alone while the other worker idles)."""
+    items.sort(key=lambda item: item.get_closest_marker("minutes") is None)
 
 
 def pytest_configure(config):

@@ -204,6 +204,7 @@ def test_gail_csvs_cover_every_job():
 
 
 @pytest.mark.slow
+@pytest.mark.minutes
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_gail_meets_its_target_on_three_seeds(seed):
     """Lesson 10 reads GAIL's runs from gail_evals.csv and says that on each of its three seeds GAIL
