@@ -20,7 +20,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 pytest.importorskip("trl")
 ROOT = Path(__file__).resolve().parents[1]
