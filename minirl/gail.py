@@ -215,7 +215,8 @@ def plan_distribution(policy: GPT, tokenizer=None) -> tuple[list[tuple[str, ...]
     it, pi('plan: a b c d .' + EOS | 'plan:') in its canonical tokens, float64, not renormalized (the
     rest of the policy's mass is invalid text or other spellings)."""
     enc = tokenizer or load_tokenizer()
-    items = [(ids, len(enc.encode(PROMPT))) for ids in plan_sequences(enc)]
+    prompt_length = len(enc.encode(PROMPT))
+    items = [(ids, prompt_length) for ids in plan_sequences(enc)]
     logp = sequence_logprobs(policy, items, enc.encode_single_token(PAD)).double().cpu()
     return world.expert_plan_distribution()[0], logp.exp()
 
