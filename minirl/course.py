@@ -1,7 +1,7 @@
 """Instructor commands for the lessons.
 
     python -m minirl.course refresh [lessons/NN_x.ipynb ...]   # re-execute headlessly, store outputs
-    python -m minirl.course student [--out student/]           # write student versions
+    python -m minirl.course student [--out student/] [--with-outputs]   # write student versions
 
 `refresh` runs each lesson top to bottom in a fresh kernel with one thread and progress bars
 off (MINIRL_PROGRESS=0), stores the outputs in place, and prints each lesson's runtime.
@@ -9,7 +9,10 @@ off (MINIRL_PROGRESS=0), stores the outputs in place, and prints each lesson's r
 `student` copies every lesson with each solution block, the lines from `### BEGIN SOLUTION` to
 `### END SOLUTION`, replaced by `raise NotImplementedError(...)` at the same indentation, and all
 outputs cleared. Solutions live only inside function bodies, so the student version still runs
-end to end: the checkers print FAIL and the experiments use minirl's own functions. In Markdown
+end to end: the checkers print FAIL and the experiments use minirl's own functions. With
+`--with-outputs` the stored outputs are kept instead, each checker's PASS line turned into the FAIL
+line an unfinished exercise prints: what a student's first run must show, so `pytest --nbval` on
+these copies checks that they run end to end and that every other output comes back. In Markdown
 cells, the text between `<!-- BEGIN ANSWER -->` and `<!-- END ANSWER -->` (a hunt-the-bug answer)
 is replaced by a line saying the answer is left out, so students find the bug by its numbers.
 """
@@ -24,11 +27,14 @@ from pathlib import Path
 
 import nbformat
 
+from minirl.check import NOT_DONE
+
 LESSONS = Path(__file__).resolve().parent.parent / "lessons"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = 'raise NotImplementedError("exercise: write your solution here")'
 BEGIN_ANSWER, END_ANSWER = "<!-- BEGIN ANSWER -->", "<!-- END ANSWER -->"
 ANSWER_STUB = "*(The answer is left out of the student version: find the bug by its numbers.)*"
+CHECKER_PASS = re.compile(r"^PASS (\w+): .*$", re.M)  # a checker's verdict on a right answer (minirl.check)
 
 
 def lesson_paths(paths: list[str]) -> list[Path]:
@@ -47,14 +53,21 @@ def strip_answers(source: str) -> str:
     return pattern.sub(ANSWER_STUB, source)
 
 
-def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+def student_version(nb: nbformat.NotebookNode, with_outputs: bool = False) -> nbformat.NotebookNode:
+    """Solutions stubbed and hunt-the-bug answers left out; outputs cleared, or (with_outputs) kept
+    with every checker's PASS turned into the FAIL of an unfinished exercise."""
     for cell in nb.cells:
         begin, end = (BEGIN, END) if cell.cell_type == "code" else (BEGIN_ANSWER, END_ANSWER)
         if cell.source.count(begin) != cell.source.count(end):
             raise ValueError(f"cell has unbalanced {begin!r} / {end!r} markers:\n{cell.source[:200]}")
         if cell.cell_type == "code":
+            if with_outputs and BEGIN in cell.source:
+                for output in cell.outputs:
+                    if output.get("output_type") == "stream":
+                        output.text = CHECKER_PASS.sub(lambda m: NOT_DONE.format(name=m.group(1)), output.text)
+            elif not with_outputs:
+                cell.outputs, cell.execution_count = [], None
             cell.source = strip_solutions(cell.source)
-            cell.outputs, cell.execution_count = [], None
         elif cell.cell_type == "markdown":
             cell.source = strip_answers(cell.source)
     return nb
@@ -100,6 +113,8 @@ def main() -> None:
     student = sub.add_parser("student", help="write student versions with solutions stubbed out")
     student.add_argument("paths", nargs="*")
     student.add_argument("--out", default="student")
+    student.add_argument("--with-outputs", action="store_true",
+                         help="keep the stored outputs, each checker's PASS as an unfinished exercise's FAIL (for nbval)")
     args = parser.parse_args()
 
     if args.command == "refresh":
@@ -110,7 +125,7 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         paths = lesson_paths(args.paths)
         for path in paths:
-            nbformat.write(student_version(nbformat.read(path, as_version=4)), out / path.name)
+            nbformat.write(student_version(nbformat.read(path, as_version=4), args.with_outputs), out / path.name)
             print(f"wrote {out / path.name}")
         sweeps = paths[0].parent / "sweeps" if paths else None
         if sweeps is not None and sweeps.is_dir():  # recorded sweep results that lessons plot

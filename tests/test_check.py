@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from minirl import check, ops
+from minirl import best_of_n, check, ops
 from minirl.evaluate import pass_at_k
 
 
@@ -21,6 +21,14 @@ def test_pass_at_k_checker(capsys):
     biased = verdict(capsys, check.pass_at_k, lambda n, c, k: 1 - (1 - c / n) ** k)
     assert biased.startswith("FAIL pass_at_k") and "largest difference" in biased
     assert "not implemented yet" in verdict(capsys, check.pass_at_k, not_done)
+
+
+def test_a_pass_prints_the_tolerance_not_the_rounding_noise(capsys):
+    """A right answer off by rounding alone prints the same PASS line on every CPU: the tolerance met,
+    not the difference (1e-16 here, 2e-16 on another processor)."""
+    lines = {verdict(capsys, check.pass_at_k, lambda n, c, k, eps=eps: pass_at_k(n, c, k) + eps) for eps in (0.0, 1e-16, 3e-9)}
+    assert lines == {"PASS pass_at_k: 8 cases, each within 1e-06 of the reference\n"}
+    assert verdict(capsys, check.select_best, best_of_n.select_best).endswith("each equal to the reference\n")
 
 
 def test_masked_mean_checker(capsys):
@@ -55,7 +63,7 @@ def test_lesson_05_06_checkers(capsys):
 
 
 def test_lesson_08_checkers(capsys):
-    from minirl import best_of_n, losses
+    from minirl import losses
     assert verdict(capsys, check.sft_loss, losses.sft_loss).startswith("PASS sft_loss: 5 cases")
     counts_the_prompt = lambda logits, tokens, mask: losses.sft_loss(logits, tokens, torch.ones_like(mask))  # noqa: E731
     assert verdict(capsys, check.sft_loss, counts_the_prompt).startswith("FAIL sft_loss")
