@@ -120,28 +120,28 @@ def test_rlhf_pipeline_holds_on_more_seeds(seed):
 
 @pytest.mark.slow
 def test_retraining_the_weakest_reward_model_reproduces_its_column():
-    """Lesson 08 asserts, exactly and from rm_scores.csv, that the weakest reward model (rm_50_1) turns
-    over by at least 0.3 inside the valid orders; this retrains it with the script and recomputes the
-    same curve from the live model (identical on the machine that wrote the CSV; elsewhere float
-    order can move a few scores, so within a tolerance)."""
+    """Lesson 08 reads, exactly and from rm_scores.csv, that the weakest reward model (rm_50_1) turns
+    over by at least 0.3 inside the valid orders. This retrains it with the script: on the machine that
+    wrote the CSV the scores come back identical; on another CPU a model fitted to 50 pairs takes
+    another path (on an AMD EPYC without AVX-512: correlation 0.86 with the recorded column, expected
+    accuracy 0.536 against 0.526, a different favourite order and no turnover). So this asserts what
+    holds on any machine, the accuracy and a correlation with the recorded column, not the turnover,
+    which the lesson states as the recorded model's."""
     import torch
 
     import minirl
-    from minirl import overoptimization, preferences, rewards, rlhf, world
+    from minirl import preferences, rewards, rlhf, world
 
     script = load_script("rlhf")
     _, live = script.rm_scores_run(50, 1, str(SWEEPS))  # 50 pairs: nothing is saved (only all-pair models are)
     live = torch.tensor(live, dtype=torch.float64)
     recorded = torch.tensor([r["rm_50_1"] for r in script.read_rows("rm_scores")], dtype=torch.float64)
-    texts, ref, _ = rlhf.valid_order_distribution(minirl.load_model("sft"))
+    texts, _, _ = rlhf.valid_order_distribution(minirl.load_model("sft"))
     gold = torch.tensor([rewards.order_utility(t) for t in texts], dtype=torch.float64)
     probs = torch.tensor(world.order_distribution()[1], dtype=torch.float64)
-    betas = [10 ** (1 - k / 8) for k in range(41)]
-    turnover = {name: overoptimization.turnover(overoptimization.support_curve(ref, s, gold, betas=betas))
-                for name, s in (("live", live), ("recorded", recorded))}
     assert preferences.expected_accuracy(live, gold, probs) == pytest.approx(
         preferences.expected_accuracy(recorded, gold, probs), abs=0.02)
-    assert turnover["live"] == pytest.approx(turnover["recorded"], abs=0.1)  # 0.307 both, measured on the CSV's machine
+    assert torch.corrcoef(torch.stack([live, recorded]))[0, 1] > 0.7
 
 
 def test_dpo_csvs_cover_every_job():
