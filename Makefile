@@ -38,7 +38,7 @@ unit: install
 slow: install
 	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist worksteal --durations=10 -m "slow and not seeds" tests
 
-# the further seeds of the recorded sweeps (GAIL's seeds 1 and 2: about 10 CPU-minutes); not in `make test`
+# the further seeds of the recorded sweeps (GAIL's seeds 1 and 2: 10-19 CPU-minutes by machine); not in `make test`
 seeds: install
 	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist worksteal --durations=10 -m seeds tests
 
