@@ -62,3 +62,5 @@ def test_student_versions_with_outputs_expect_every_checker_to_fail(path):
             assert after.outputs == before.outputs
     assert text.count("not implemented yet") == stubs.count(course.STUB) >= 1
     assert "PASS" not in text and course.BEGIN not in stubs
+    handed_out = course.student_version(nbformat.read(path, as_version=4))  # what `make student` writes
+    assert not any(c.outputs for c in handed_out.cells if c.cell_type == "code")
