@@ -15,9 +15,10 @@ grpo_trainer, memory (training memory by model size), validate (argument checks)
 Elo, rankings, accuracy ceilings), reward_model (a reward head on the trunk, trained on pairs), sft (supervised
 fine-tuning, behaviour cloning), best_of_n (best-of-N sampling, its exact distribution and KL), raft (reward-ranked
 fine-tuning), rlhf (lesson 08's measurements on the orders world), overoptimization (exact over-optimization curves,
-Gao et al.'s forms).
+Gao et al.'s forms), compare (comparing runs: verdicts only where seeds separate, reads at matched KL, late
+windows, learning rates chosen on a bracketing grid).
 """
-from . import (advantages, best_of_n, check, critic, datasets, evaluate, grammar, grpo_trainer, kl, losses, mdp, memory,
+from . import (advantages, best_of_n, check, compare, critic, datasets, evaluate, grammar, grpo_trainer, kl, losses, mdp, memory,
                micro, ops, overoptimization, pg_trainer, ppo_trainer, preferences, raft, reward_model, rewards, rlhf, sft,
                tasks, training, validate)
 from .model import GPT, GPTConfig, KVCache, load_model
@@ -27,7 +28,7 @@ from .sampling import Rollout, completion_logprobs, sample, sample_tokens
 from .tokenizer import load_tokenizer
 
 __all__ = [
-    "GPT", "GPTConfig", "KVCache", "Rollout", "DataError", "advantages", "best_of_n", "check", "completion_logprobs",
+    "GPT", "GPTConfig", "KVCache", "Rollout", "DataError", "advantages", "best_of_n", "check", "compare", "completion_logprobs",
     "critic", "datasets", "evaluate", "grammar", "grpo_trainer", "kl", "load_model", "load_tokenizer", "losses", "mdp",
     "memory", "micro", "ops", "overoptimization", "pg_trainer", "ppo_trainer", "preferences", "raft", "reward_model",
     "rewards", "rlhf", "sample", "sample_tokens", "setup", "sft", "tasks", "training", "validate",
