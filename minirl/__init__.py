@@ -18,9 +18,9 @@ fine-tuning), rlhf (lesson 08's measurements on the orders world), overoptimizat
 Gao et al.'s forms), compare (comparing runs: verdicts only where seeds separate, reads at matched KL, late
 windows, learning rates chosen on a bracketing grid).
 """
-from . import (advantages, best_of_n, check, compare, critic, datasets, evaluate, grammar, grpo_trainer, kl, losses, mdp, memory,
-               micro, ops, overoptimization, pg_trainer, ppo_trainer, preferences, raft, reward_model, rewards, rlhf, sft,
-               tasks, training, validate)
+from . import (advantages, best_of_n, check, compare, critic, datasets, evaluate, grammar, grpo_trainer, kl, losses, mdp,
+               memory, micro, ops, overoptimization, pg_trainer, ppo_trainer, preferences, raft, reward_model, rewards, rlhf,
+               sft, tasks, training, validate)
 from .model import GPT, GPTConfig, KVCache, load_model
 from .notebook import setup
 from .paths import DataError
