@@ -25,8 +25,11 @@ over EVAL_SAMPLES samples of each, `rlhf.win_rate`). Runs (RUNS):
               steps) as one epoch of the offline pairs, which is the 'dpo' run at that step
 
 Each run's learning rate was chosen the same way before the sweep (dpo_tuning.csv): the one of
-LEARNING_RATES with the best mean final gold over TUNING_SEEDS, at beta = MAIN_BETA for dpo; the
-reported seeds (SEEDS) are not among them. The other betas of 'dpo' use its rate.
+its LEARNING_RATES with the best mean final gold over TUNING_SEEDS (`minirl.compare.choose_rate`),
+at beta = MAIN_BETA for dpo; the reported seeds (SEEDS) are not among them. Every grid brackets
+its choice: the grids began at 3e-5, 1e-4, 3e-4, and a choice at an end extended that end (1e-3
+for dpo, dpo-mean, simpo and online; 1e-5 for cdpo and ipo); a choice at an end stops the sweep.
+The other betas of 'dpo' use its rate.
 """
 from __future__ import annotations
 
@@ -39,14 +42,16 @@ from pathlib import Path
 import torch
 
 import minirl
-from minirl import datasets, dpo, rlhf
+from minirl import compare, datasets, dpo, rlhf
 from minirl.dpo import DPOConfig, train_dpo
 from minirl.reward_model import pair_tokens
 from minirl.tokenizer import PAD
 
 HERE = Path(__file__).parent
 SEEDS, TUNING_SEEDS = (0, 1, 2), (100, 101)
-LEARNING_RATES = (3e-5, 1e-4, 3e-4)
+GRID, UP, DOWN = (3e-5, 1e-4, 3e-4), (1e-3,), (1e-5,)
+LEARNING_RATES = {"dpo": GRID + UP, "dpo-mean": GRID + UP, "simpo": GRID + UP, "online": GRID + UP,
+                  "cdpo": DOWN + GRID, "ipo": DOWN + GRID}
 STEPS, EVAL_EVERY, EVAL_SAMPLES, PROBE_PAIRS, WIN_SEED = 140, 10, 256, 512, 777
 MAIN_BETA, BETAS, MEAN_BETA, SIMPO_BETA, SIMPO_GAMMA = 1.0, (0.1, 0.3, 1.0, 3.0), 8.0, 2.0, 0.5
 ONLINE_EVERY, ONLINE_STEPS = 10, 70
@@ -129,16 +134,20 @@ def tuning_run(method: str, lr: float, seed: int) -> dict:
 
 
 def tuning_jobs() -> list[tuple]:
-    return [(m, lr, s) for m in RUNS for lr in LEARNING_RATES for s in TUNING_SEEDS]
+    return [(m, lr, s) for m in RUNS for lr in LEARNING_RATES[m] for s in TUNING_SEEDS]
 
 
 def tuned_rates(rows: list[dict]) -> dict[str, float]:
-    """Each run's rate with the best mean final gold over the tuning seeds (a diverged run: never)."""
-    def mean_gold(method, lr):
-        golds = [r["gold"] for r in rows if r["method"] == method and r["lr"] == lr]
-        mean = sum(golds) / len(golds)
-        return mean if mean == mean else float("-inf")
-    return {m: max(LEARNING_RATES, key=lambda lr: mean_gold(m, lr)) for m in RUNS}
+    """Each run's rate with the best mean final gold over the tuning seeds (a diverged run: never);
+    a choice at its grid's end stops the sweep (extend the grid)."""
+    rates = {}
+    for m in RUNS:
+        choice = compare.choose_rate({lr: {r["seed"]: r["gold"] for r in rows if (r["method"], r["lr"]) == (m, lr)}
+                                      for lr in LEARNING_RATES[m]}, reported_seeds=SEEDS)
+        if choice.at_edge:
+            raise SystemExit(f"{m}: {choice}")
+        rates[m] = choice.rate
+    return rates
 
 
 def jobs(rates: dict[str, float]) -> list[tuple]:
