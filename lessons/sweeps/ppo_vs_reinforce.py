@@ -12,8 +12,9 @@ The comparison is kept fair:
 - the same data: every run starts from the base model on the reviews task (negative openings)
   and sees STEPS x 16 prompts x 4 completions;
 - learning rates chosen the same way for both, before the sweep: each method's rate is the one
-  of LEARNING_RATES with the best mean held-out gold at beta 0.3 over TUNING_SEEDS (lr_tuning.csv);
-  the seeds the lesson reports (SEEDS) are not among them;
+  of its LEARNING_RATES with the best mean held-out gold at beta 0.3 over TUNING_SEEDS (lr_tuning.csv;
+  `minirl.compare.choose_rate`, and a choice at a grid's end stops the sweep: REINFORCE's grid,
+  first 3e-5..1e-3, was extended to 3e-3); the seeds the lesson reports (SEEDS) are not among them;
 - three seeds per point, every run reported (the lesson compares runs, not means).
 
 Each run is judged on the held-out openings: gold reward, share gold-positive, well-formed share,
@@ -25,7 +26,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import math
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 import minirl
+from minirl import compare
 from minirl.evaluate import heldout_report
 from minirl.pg_trainer import PGConfig, train_policy_gradient
 from minirl.ppo_trainer import PPOConfig, train_ppo
@@ -41,7 +42,8 @@ from minirl.tasks import reviews_task
 
 HERE = Path(__file__).parent
 STEPS, SEEDS, BETAS = 24, (0, 1, 2), (0.1, 0.3, 1.0)
-LEARNING_RATES, TUNING_SEEDS, TUNING_BETA = (3e-5, 1e-4, 3e-4, 1e-3), (100, 101), 0.3
+GRID, TUNING_SEEDS, TUNING_BETA = (3e-5, 1e-4, 3e-4, 1e-3), (100, 101), 0.3
+LEARNING_RATES = {"ppo-full": GRID, "reinforce": GRID + (3e-3,)}
 PPO = PPOConfig(steps=STEPS, prompts_per_step=16, group_size=4)
 REINFORCE = PGConfig(steps=STEPS, prompts_per_step=16, group_size=4, estimator="reward_to_go")
 # each switches one detail of PPO off
@@ -82,16 +84,19 @@ def method(name: str) -> str:
 
 
 def tuning_jobs() -> list[tuple]:
-    return [(m, TUNING_BETA, s, lr) for m in ("ppo-full", "reinforce") for lr in LEARNING_RATES for s in TUNING_SEEDS]
+    return [(m, TUNING_BETA, s, lr) for m in ("ppo-full", "reinforce") for lr in LEARNING_RATES[m] for s in TUNING_SEEDS]
 
 
 def tuned_rates(rows: list[dict]) -> dict[str, float]:
-    """Each method's learning rate: the best mean held-out gold over the tuning seeds."""
+    """Each method's learning rate: the best mean held-out gold over the tuning seeds (a diverged run:
+    never); a choice at its grid's end stops the sweep (extend the grid)."""
     best = {}
     for m in ("ppo-full", "reinforce"):
-        mean_gold = {lr: sum(r["gold"] for r in rows if r["run"] == m and r["lr"] == lr) / len(TUNING_SEEDS)
-                     for lr in LEARNING_RATES}
-        best[m] = max(mean_gold, key=lambda lr: -math.inf if math.isnan(mean_gold[lr]) else mean_gold[lr])
+        choice = compare.choose_rate({lr: {r["seed"]: r["gold"] for r in rows if (r["run"], r["lr"]) == (m, lr)}
+                                      for lr in LEARNING_RATES[m]}, reported_seeds=SEEDS)
+        if choice.at_edge:
+            raise SystemExit(f"{m}: {choice}")
+        best[m] = choice.rate
     return best
 
 

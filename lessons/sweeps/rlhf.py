@@ -11,8 +11,10 @@ on EVAL_SAMPLES fresh samples (gold, valid share, KL(pi || pi_sft) with the cour
 the reward model's normalized score as `proxy`, length, repetition). Jobs, by CSV:
 
 - rlhf_tuning.csv: each method's learning rate, chosen the same way before the sweep: the one of
-  LEARNING_RATES with the best mean final gold over TUNING_SEEDS (PPO at beta = PIPELINE_BETA for
-  TUNING_STEPS steps; RAFT for RAFT_ROUNDS rounds). The reported seeds (SEEDS) are not among them.
+  its LEARNING_RATES with the best mean final gold over TUNING_SEEDS (PPO at beta = PIPELINE_BETA for
+  TUNING_STEPS steps; RAFT for RAFT_ROUNDS rounds; `minirl.compare.choose_rate`, and a choice at a
+  grid's end stops the sweep: RAFT's grid, first 3e-5..3e-4, was extended to 1e-3). The reported
+  seeds (SEEDS) are not among them.
   Lesson 08's live pipeline run is PPO at PIPELINE_BETA for PIPELINE_STEPS steps: a point of the
   'ppo' rows below (their evals at that step).
 - rlhf_evals.csv / rlhf_steps.csv: PPO against rm_all at each beta of BETAS (the pipeline's beta
@@ -49,7 +51,7 @@ import torch
 
 import minirl
 from minirl import best_of_n as bon
-from minirl import datasets, rlhf, world
+from minirl import compare, datasets, rlhf, world
 from minirl import reward_model as rmod
 from minirl.ppo_trainer import PPOConfig, train_ppo
 from minirl.raft import RAFTConfig, train_raft
@@ -58,7 +60,7 @@ from minirl.tokenizer import PAD
 
 HERE = Path(__file__).parent
 SEEDS, TUNING_SEEDS = (0, 1, 2), (100, 101)
-LEARNING_RATES = (3e-5, 1e-4, 3e-4)
+LEARNING_RATES = {"ppo": (3e-5, 1e-4, 3e-4), "raft": (3e-5, 1e-4, 3e-4, 1e-3)}
 PIPELINE_BETA, PIPELINE_STEPS, TUNING_STEPS = 0.3, 20, 30
 BETAS, STEPS, EVAL_EVERY, EVAL_SAMPLES = (0.0, 0.03, 0.1, 0.3, 1.0), 60, 5, 256
 HACK_BETA, HACK_LR, HACK_STEPS, HACK_EVAL_EVERY, HACK_STRONG_BETA = 0.01, 3e-4, 40, 4, 0.3
@@ -214,17 +216,19 @@ def rm_scores_run(labels: int, seed: int, rm_dir: str) -> tuple[str, list[float]
 
 # ---------------------------------------------------------------- the plan
 def tuning_jobs() -> list[tuple]:
-    return [(m, lr, s) for m in ("ppo", "raft") for lr in LEARNING_RATES for s in TUNING_SEEDS]
+    return [(m, lr, s) for m in ("ppo", "raft") for lr in LEARNING_RATES[m] for s in TUNING_SEEDS]
 
 
 def tuned_rates(rows: list[dict]) -> dict[str, float]:
-    """Each method's rate with the best mean final gold over the tuning seeds."""
+    """Each method's rate with the best mean final gold over the tuning seeds; a choice at its grid's
+    end stops the sweep (extend the grid)."""
     rates = {}
-    for method in ("ppo", "raft"):
-        def mean_gold(lr):
-            golds = [r["gold"] for r in rows if r["method"] == method and r["lr"] == lr]
-            return sum(golds) / len(golds)
-        rates[method] = max(LEARNING_RATES, key=mean_gold)
+    for m in ("ppo", "raft"):
+        choice = compare.choose_rate({lr: {r["seed"]: r["gold"] for r in rows if (r["method"], r["lr"]) == (m, lr)}
+                                      for lr in LEARNING_RATES[m]}, reported_seeds=SEEDS)
+        if choice.at_edge:
+            raise SystemExit(f"{m}: {choice}")
+        rates[m] = choice.rate
     return rates
 
 
