@@ -78,14 +78,14 @@ def test_as_reward_fn_scores_what_the_policy_wrote():
     enc = minirl.load_tokenizer()
     rm = rmod.from_base(tokenizer=enc).eval()
     with torch.no_grad():
-        rm.score.weight.normal_(0.0, 1.0)
+        rm.score.weight.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(0))  # not the global RNG: order-free
     fn = rmod.as_reward_fn(rm, enc, normalized=False)
     prompts, completions = ["order:", "order:"], [" one coffee .", " one green tea please"]
     ids = [enc.encode_ordinary(completions[0]) + [enc.eot_token], enc.encode_ordinary(completions[1])]
     from_ids = fn(prompts, completions, completion_ids=ids, truncated=[False, True])
     from_text = fn(prompts, completions, truncated=[False, True])
-    assert from_ids == pytest.approx(from_text, rel=1e-6)
-    assert from_ids[0] == pytest.approx(rmod.score_texts(rm, ["order: one coffee ."], enc)[0].item(), rel=1e-6)
+    assert from_ids == pytest.approx(from_text, rel=1e-6, abs=1e-6)
+    assert from_ids[0] == pytest.approx(rmod.score_texts(rm, ["order: one coffee ."], enc)[0].item(), rel=1e-6, abs=1e-6)
     assert fn(prompts[:1], completions[1:])[0] != pytest.approx(from_ids[1], abs=1e-4)  # EOS is part of the text scored
     policy = minirl.load_model("base")
     history = train_grpo(policy, tasks.orders_task(), GRPOConfig(steps=1, prompts_per_step=2, group_size=2),
