@@ -366,7 +366,7 @@ def subset(pairs: list, n: int | None, seed: int) -> list:
 # ---------------------------------------------------------------- checkpoints
 REWARD_MODELS = {
     "rm_all": {"pairs": None, "seed": 0},  # every training pair (2,250)
-    "rm_100": {"pairs": 100, "seed": 0},  # 100 of them: a weak reward model for over-optimization
+    "rm_100": {"pairs": 100, "seed": 0},  # 100 of them: lesson 07's weak, overconfident reward model
 }
 SHIPPED = RMConfig()
 
