@@ -243,3 +243,14 @@ def test_trl_csvs_cover_every_job():
         steps = list(csv.DictReader(f))
     assert sorted({(r["variant"], int(r["seed"])) for r in steps}) == sorted(jobs)
     assert all(sum(1 for r in steps if (r["variant"], int(r["seed"])) == job) == 60 for job in jobs)
+
+
+def test_estimators_csv_covers_every_job():
+    """Lesson 04 reads estimators.csv seed by seed: one row per (estimator, seed) of the script's plan,
+    in its fields, at its one shared rate."""
+    script = load_script("estimators")
+    with open(SWEEPS / "estimators.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == script.FIELDS
+    assert [(r["estimator"], int(r["seed"])) for r in rows] == script.jobs()
+    assert {float(r["lr"]) for r in rows} == {script.LR}
