@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-__all__ = ["Verdict", "compare_seeds", "at_kl", "Window", "window", "RateChoice", "choose_rate"]
+__all__ = ["Verdict", "compare_seeds", "at_kl", "Window", "window", "RateChoice", "choose_rate", "sweep_rate"]
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,17 @@ def choose_rate(scores: Mapping[float, Mapping[int, float]], reported_seeds: Seq
                            (f"{best:g}", f"{runner_up:g}"), higher_is_better)
     return RateChoice(best, means, best in (grid[0], grid[-1]), versus)
 
+
+
+def sweep_rate(rows: Sequence[Mapping], rates: Sequence[float], score: str, reported_seeds: Sequence[int],
+               higher_is_better: bool = True) -> float:
+    """The rate a sweep reports at: `choose_rate` over one method's tuning rows (dicts with 'lr', 'seed'
+    and `score`) on its grid `rates`. Raises where the choice sits at the grid's edge (extend the grid)."""
+    choice = choose_rate({lr: {r["seed"]: r[score] for r in rows if r["lr"] == lr} for lr in rates}, reported_seeds,
+                         higher_is_better)
+    if choice.at_edge:
+        raise ValueError(str(choice))
+    return choice.rate
 
 def _finite_or_worst(values, higher_is_better: bool) -> list[float]:
     worst = -math.inf if higher_is_better else math.inf

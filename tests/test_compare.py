@@ -77,3 +77,11 @@ def test_choose_rate_refuses_reported_seeds_and_short_grids():
         compare.choose_rate({1e-4: {0: 1.0}, 3e-4: {0: 1.0}, 1e-3: {0: 1.0}}, reported_seeds=(0, 1, 2))
     with pytest.raises(ValueError, match="at least three rates"):
         compare.choose_rate({1e-4: {100: 1.0}, 3e-4: {100: 1.0}})
+
+
+
+def test_sweep_rate_stops_a_sweep_whose_choice_is_at_the_edge():
+    rows = [{"lr": lr, "seed": seed, "gold": g} for lr, g in ((1e-4, 1.0), (3e-4, 2.0), (1e-3, 1.5)) for seed in (100, 101)]
+    assert compare.sweep_rate(rows, (1e-4, 3e-4, 1e-3), "gold", reported_seeds=(0, 1, 2)) == 3e-4
+    with pytest.raises(ValueError, match="extend it"):  # judged by lowest gold, the best rate is the grid's bottom
+        compare.sweep_rate(rows, (1e-4, 3e-4, 1e-3), "gold", reported_seeds=(0, 1, 2), higher_is_better=False)

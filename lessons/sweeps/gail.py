@@ -155,13 +155,8 @@ def tuning_jobs() -> list[tuple[str, int, int, float]]:
 def tuned_rates(rows: list[dict]) -> dict[str, float]:
     """Each method's rate with the lowest final KL averaged over the tuning seeds; GAIL's variants take gail's.
     A choice at its grid's end stops the sweep (extend the grid)."""
-    rates = {}
-    for run in TUNED:
-        choice = compare.choose_rate({lr: {r["seed"]: r["kl"] for r in rows if (r["run"], r["lr"]) == (run, lr)}
-                                      for lr in LEARNING_RATES[run]}, reported_seeds=SEEDS, higher_is_better=False)
-        if choice.at_edge:
-            raise SystemExit(f"{run}: {choice}")
-        rates[run] = choice.rate
+    rates = {run: compare.sweep_rate([r for r in rows if r["run"] == run], LEARNING_RATES[run], "kl", SEEDS,
+                                     higher_is_better=False) for run in TUNED}
     return {**rates, **{run: rates["gail"] for run in VARIANTS if run not in TUNED}}
 
 

@@ -90,14 +90,8 @@ def tuning_jobs() -> list[tuple]:
 def tuned_rates(rows: list[dict]) -> dict[str, float]:
     """Each method's learning rate: the best mean held-out gold over the tuning seeds (a diverged run:
     never); a choice at its grid's end stops the sweep (extend the grid)."""
-    best = {}
-    for m in ("ppo-full", "reinforce"):
-        choice = compare.choose_rate({lr: {r["seed"]: r["gold"] for r in rows if (r["run"], r["lr"]) == (m, lr)}
-                                      for lr in LEARNING_RATES[m]}, reported_seeds=SEEDS)
-        if choice.at_edge:
-            raise SystemExit(f"{m}: {choice}")
-        best[m] = choice.rate
-    return best
+    return {m: compare.sweep_rate([r for r in rows if r["run"] == m], LEARNING_RATES[m], "gold", SEEDS)
+            for m in ("ppo-full", "reinforce")}
 
 
 def jobs(rates: dict[str, float]) -> dict[str, list[tuple]]:

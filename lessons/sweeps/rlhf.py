@@ -222,14 +222,8 @@ def tuning_jobs() -> list[tuple]:
 def tuned_rates(rows: list[dict]) -> dict[str, float]:
     """Each method's rate with the best mean final gold over the tuning seeds; a choice at its grid's
     end stops the sweep (extend the grid)."""
-    rates = {}
-    for m in ("ppo", "raft"):
-        choice = compare.choose_rate({lr: {r["seed"]: r["gold"] for r in rows if (r["method"], r["lr"]) == (m, lr)}
-                                      for lr in LEARNING_RATES[m]}, reported_seeds=SEEDS)
-        if choice.at_edge:
-            raise SystemExit(f"{m}: {choice}")
-        rates[m] = choice.rate
-    return rates
+    return {m: compare.sweep_rate([r for r in rows if r["method"] == m], LEARNING_RATES[m], "gold", SEEDS)
+            for m in ("ppo", "raft")}
 
 
 def ppo_jobs(rates: dict[str, float]) -> list[tuple]:
