@@ -42,6 +42,7 @@ def test_bad_input_is_a_clear_error():
         memory.training_memory("ppo", 1e9, batch=8, seq_len=128)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU to measure memory")
 def test_trained_model_memory_matches_measured_on_gpu():
     """fp32 weights, gradients and AdamW's two moments are 16 bytes per parameter, as the

@@ -37,21 +37,21 @@ def random_prompts(n: int, length: int, vocab_size: int, seed: int = 0) -> list[
 
 def trainer(kind: str, model, tokenizer, prompts: list[str], reward_fn, workdir: Path, *, num_generations: int,
             batch_size: int, max_completion_length: int, beta: float, **config):
-    """TRL's GRPOTrainer (kind 'grpo') or RLOOTrainer ('rloo') on CPU, nothing logged or saved;
-    `config` goes to the trainer's config. The model is saved under `workdir` first (TRL builds
-    its reference model from the policy's path); the caller owns and removes the folder."""
+    """TRL's GRPOTrainer (kind 'grpo') or RLOOTrainer ('rloo'), nothing logged or saved, on CPU
+    unless `config` says otherwise (it overrides these defaults: use_cpu=False, bf16=True on a GPU).
+    The model is saved under `workdir` first (TRL builds its reference model from the policy's
+    path); the caller owns and removes the folder."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
     Config, Trainer = {"grpo": (GRPOConfig, GRPOTrainer), "rloo": (RLOOConfig, RLOOTrainer)}[kind]
     path = Path(workdir) / "model"
     model.save_pretrained(path)
-    args = Config(
-        output_dir=str(Path(workdir) / "output"), use_cpu=True, report_to=[], save_strategy="no",
-        logging_strategy="no", per_device_train_batch_size=batch_size, num_generations=num_generations,
-        max_completion_length=max_completion_length, beta=beta, temperature=1.0, bf16=False, fp16=False,
-        dataloader_num_workers=0, disable_tqdm=True, seed=0, **config,
-    )
+    args = Config(**{
+        "output_dir": str(Path(workdir) / "output"), "use_cpu": True, "report_to": [], "save_strategy": "no",
+        "logging_strategy": "no", "per_device_train_batch_size": batch_size, "num_generations": num_generations,
+        "max_completion_length": max_completion_length, "beta": beta, "temperature": 1.0, "bf16": False, "fp16": False,
+        "dataloader_num_workers": 0, "disable_tqdm": True, "seed": 0} | config)
     return Trainer(model=str(path), reward_funcs=reward_fn, args=args, train_dataset=Dataset.from_dict({"prompt": prompts}),
                    processing_class=tokenizer)
 
