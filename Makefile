@@ -1,28 +1,52 @@
 # The course's two commands:  make course  (open the lessons)   make test  (run every test)
-# Both create .venv and install what they need on first use.
+# Both create .venv and install what they need on first use: `make course` what the lessons need
+# (lesson 11's transformers and TRL come with `make trl`), `make test` the instructor's tools and the tests' too.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: course test install unit slow seeds lessons lessons-other-cpu browser site student refresh benchmark
+.PHONY: course solutions trl test install install-course unit slow seeds lessons lessons-other-cpu browser site student refresh grade benchmark
+
+# jupyterlab/overrides.json: JupyterLab defaults for the course's environment (widget state saved
+# with the notebook, so a reopened lesson shows its sliders' last frame instead of "model not found")
+define venv_with
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e ".$(if $(1),[$(1)])"
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	cp jupyterlab/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
+endef
+
+install-course: $(VENV)/.course
+
+$(VENV)/.course: pyproject.toml constraints.txt jupyterlab/overrides.json
+	$(call venv_with,)
+	touch $@
+
+# lesson 11's transformers and TRL (about 0.5 GB), which the lessons' own install leaves out
+trl: install-course
+	$(BIN)/pip install -q -c constraints.txt -e ".[trl]"
 
 install: $(VENV)/.installed
 
 # verl's wheel is downloaded, not installed: tests/test_scale_out.py reads its config files only.
-# jupyterlab/overrides.json: JupyterLab defaults for the course's environment (widget state saved
-# with the notebook, so a reopened lesson shows its sliders' last frame instead of "model not found")
+# nbgrader's JupyterLab and server extensions are switched off: the course's JupyterLab is the
+# students'; an instructor who grades in nbgrader's UI switches them on (docs/instructors.md).
 $(VENV)/.installed: pyproject.toml constraints.txt jupyterlab/overrides.json
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e ".[dev]"
+	$(call venv_with,dev)
 	$(BIN)/pip download -q --no-deps verl==0.9.1 -d $(VENV)/wheels
-	mkdir -p $(VENV)/share/jupyter/lab/settings
-	cp jupyterlab/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
-	touch $@
+	for e in formgrader validate_assignment assignment_list course_list; do \
+	    $(BIN)/jupyter server extension disable --sys-prefix nbgrader.server_extensions.$$e >/dev/null 2>&1 || exit 1; done
+	$(BIN)/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
+	touch $@ $(VENV)/.course
 
-# JupyterLab refuses to start as root (common in containers) unless told it may
-course: install
-	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) lessons/00_welcome.ipynb
+# the exercise versions, written once into exercises/ (a notebook there is never replaced), lesson
+# 00's opened in JupyterLab; `make solutions` opens the solved lessons in lessons/ instead
+course: install-course
+	$(BIN)/python -m minirl.course start
+
+solutions: install-course
+	$(BIN)/python -m minirl.course start --solved
 
 # fast unit tests; the slow ones (training runs, live re-runs of recorded sweep points; an idle
 # worker takes tests queued for the other, and the ten slowest are listed); every lesson under nbval
@@ -59,12 +83,19 @@ lessons-other-cpu: install
 browser: install
 	$(BIN)/python -m pytest -m browser tests
 
-# the stored lessons as a static HTML site in site/ (math typeset offline; open site/index.html)
+# the stored lessons and the guides in docs/ as a static HTML site in site/ (math typeset offline;
+# open site/index.html), and the student-safe one (no solutions, no hunt answers) in site/student/
 site: install
 	$(BIN)/python -m minirl.site --out site
+	$(BIN)/python -m minirl.site --student --out site/student
 
+# exercise versions to hand out; a notebook already in student/ that differs is kept (FORCE=1 replaces it)
 student: install
-	$(BIN)/python -m minirl.course student --out student
+	$(BIN)/python -m minirl.course student --out student $(if $(FORCE),--force)
+
+# run every submitted notebook and tabulate each exercise's verdict: make grade SUBMISSIONS=folder
+grade: install
+	$(BIN)/python -m minirl.course grade $(SUBMISSIONS)
 
 refresh: install
 	$(BIN)/python -m minirl.course refresh

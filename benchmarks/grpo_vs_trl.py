@@ -2,7 +2,7 @@
 
     python benchmarks/grpo_vs_trl.py            # writes benchmarks/results/grpo_cpu.json
 
-Settings pinned by the issue and COURSE.md: the same randomly initialised GPT-2 layout (width 128,
+Settings pinned for every run of this benchmark: the same randomly initialised GPT-2 layout (width 128,
 4 layers, 4 heads, vocabulary 512, fp32) in both, 64 completions per step (8 prompts of 16 tokens,
 group 8), beta 0.04 (so the reference model runs), one iteration per batch, temperature 1, exactly
 16 and then 32 new tokens (TRL with min_new_tokens, ours with no EOS), same threads. A step is

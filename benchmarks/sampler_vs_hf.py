@@ -2,7 +2,7 @@
 
     python benchmarks/sampler_vs_hf.py            # writes benchmarks/results/sampler_cpu.json
 
-Settings pinned by COURSE.md: a randomly initialised GPT-2 layout (width 128, 4 layers, 4 heads,
+Settings pinned for every run of this benchmark: a randomly initialised GPT-2 layout (width 128, 4 layers, 4 heads,
 vocabulary 512, fp32), the same weights in both (our model exported with `minirl.export`),
 batch 64, a 16-token prompt, exactly 32 new tokens, temperature 1 with no top-k/top-p, the
 same thread count, median of 15 alternating timed runs after warm-up. Target: at least 2x HF.

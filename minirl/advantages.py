@@ -1,6 +1,6 @@
 """Returns, advantages and baselines over completion tokens.
 
-Conventions (COURSE.md): tensors are (B, T) over generated positions; `mask` is 1 on generated
+Conventions (docs/conventions.md): tensors are (B, T) over generated positions; `mask` is 1 on generated
 tokens up to and including EOS, 0 on the padding after it. `rewards[:, t]` is the reward for
 choosing token t; `values[:, t]` is V of the prefix *before* token t (the state in which token t
 is chosen). An episode ends at its last action token, whether that is EOS or the token that hit
@@ -14,6 +14,8 @@ import torch
 
 from . import validate
 from .ops import check_float, check_mask, zero_padding
+
+__all__ = ["reward_to_go", "gae", "prompt_mean_baseline", "group_normalize", "leave_one_out"]
 
 
 def _check(rewards: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float = 1.0) -> torch.Tensor:

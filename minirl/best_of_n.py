@@ -30,6 +30,9 @@ from .sampling import Rollout, sample
 from .tasks import RewardFn, reward_scores
 from .tokenizer import load_tokenizer
 
+__all__ = ["kl_bound", "select_best", "exact_distribution", "kl_divergence", "kl_plugin_estimate", "BestOfN",
+           "best_of_n"]
+
 
 def kl_bound(n: int) -> float:
     """log N - (N-1)/N: an upper bound on KL(best-of-N || pi), reached only without heavy outputs."""

@@ -3,21 +3,45 @@
 Each checker runs the student's function on a fixed set of cases, edge cases included, compares
 with a reference written independently of the student's path (exact arithmetic where possible),
 and prints one clear line: PASS with the tolerance every case met (not the difference itself,
-whose last digits change from one CPU to another), or FAIL with the first failing cases. It never
-raises, so a notebook with an unfinished exercise still runs to the end. It returns None on
-purpose: a returned value would be displayed after the PASS/FAIL line.
+whose last digits change from one CPU to another), or FAIL with how many cases failed, then the
+first SHOWN of them (the FAIL line says when it shows fewer). It never raises, so a notebook with
+an unfinished exercise still runs to the end. It returns None on purpose: a returned value would
+be displayed after the PASS/FAIL line.
+
+Every failing case goes through one diagnosis step, `diagnose`: the checker's own traps (each a
+known wrong answer, with what it is and what to change), then two every checker shares, a flipped
+sign and a NaN or inf where the answer is a number. The first trap whose answer the student's
+matches on the case is named above it, in plain words. Handed minirl's own function (the lessons
+name it next to each exercise), a checker runs nothing and prints FAIL saying so: the exercise
+is the student's own code, and the package's function would pass it without teaching anything.
 """
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import itertools
 import math
 from fractions import Fraction
+from typing import Callable, NamedTuple
 
 import torch
 
+__all__ = [
+    "TOLERANCE", "SHOWN", "NOT_DONE", "PACKAGE_FUNCTION", "Trap", "SIGN_FLIP", "NOT_FINITE", "as_numbers",
+    "max_difference", "diagnose", "run_cases", "PASS_AT_K_CASES", "DISCOUNTED_RETURN_CASES",
+    "pass_at_k", "masked_mean", "discounted_return", "trajectory_log_prob", "exact_objective", "score_function",
+    "surrogate_loss", "reward_to_go", "reinforce_loss", "gae", "bias_and_variance", "clipped_objective",
+    "group_advantages", "kl_k3", "bradley_terry_loss", "elo_update", "accuracy_ceiling", "sft_loss", "select_best",
+    "best_of_n_kl_bound", "dpo_loss", "sequence_logprob", "soft_value_iteration", "gail_discriminator_loss",
+    "importance_weights", "positions_from_mask", "zero_model_states",
+]
+
 TOLERANCE = 1e-6
+SHOWN = 3  # failing cases printed; the FAIL line says how many there were in all
 NOT_DONE = "FAIL {name}: not implemented yet (replace `raise NotImplementedError` with your code)"
+PACKAGE_FUNCTION = ("FAIL {name}: this is the package's own {package}, not yours\n"
+                    "  The exercise asks for your code: pass the function you wrote in the cell.")
 
 
 def as_numbers(x) -> torch.Tensor:
@@ -46,13 +70,127 @@ def max_difference(got, want) -> float:
     return float(((got[both] - want[both]).abs() / want[both].abs().clamp(min=1.0)).max())
 
 
-def run_cases(name: str, student_fn, reference_fn, cases: list[tuple[str, tuple]], tolerance: float = TOLERANCE) -> None:
-    """Compare student_fn(*args) with reference_fn(*args) on each (label, args); print PASS/FAIL.
+# ---------------------------------------------------------------- naming the trap
+class Trap(NamedTuple):
+    """A known mistake: `mistake` says what it is, `fix` what to change (a short line each), and
+    `spots(got, want, args)` whether the student's answer `got` on a case (its arguments `args`,
+    `want` the reference's answer, both float64 tensors) is this mistake's answer."""
+    mistake: str
+    fix: str
+    spots: Callable[[torch.Tensor, torch.Tensor, tuple], bool]
+
+
+def _same(got: torch.Tensor, wrong) -> bool:
+    """got equals `wrong` within TOLERANCE (False where the shapes differ)."""
+    try:
+        return max_difference(got, wrong) <= TOLERANCE
+    except (TypeError, ValueError):
+        return False
+
+
+def _gives(*wrong_fns) -> Callable:
+    """A trap's test: the answer is what one of wrong_fns (the reference with the mistake made)
+    returns on the case's arguments."""
+    return lambda got, want, args: any(_same(got, wrong(*copy.deepcopy(args))) for wrong in wrong_fns)
+
+
+def _not_finite(got: torch.Tensor, want: torch.Tensor, args) -> bool:
+    return bool((~torch.isfinite(got) & torch.isfinite(want)).any())
+
+
+def _forgot_mask(reference_fn, index: int) -> Trap:
+    """The trap of code that ignores the mask, argument `index`: its answer is the reference's with
+    the mask all ones, or, where the answer has the mask's shape, that times the mask (the padding
+    zeroed at the end but summed in on the way)."""
+    def unmasked(*args):
+        return reference_fn(*args[:index], torch.ones_like(args[index]), *args[index + 1:])
+
+    def zeroed_at_the_end(*args):
+        out, mask = as_numbers(unmasked(*args)), as_numbers(args[index])
+        return out * mask if out.shape == mask.shape else out
+    return Trap("The mask is ignored: positions where it is 0 (prompt or padding) count as real ones.",
+                "Leave them out, e.g. torch.where(mask.bool(), x, 0), and count only the mask's ones.",
+                _gives(unmasked, zeroed_at_the_end))
+
+
+SIGN_FLIP = Trap("A sign is flipped: every value is minus the reference's.",
+                 "Check each minus sign (a loss is minus the objective it maximises).",
+                 lambda got, want, args: _same(got, -want))
+NOT_FINITE = Trap("NaN or inf where the answer is a number.",
+                  "Look for a division by 0, a log of 0, an exp that overflows, or inf times a mask's 0 (NaN).",
+                  _not_finite)
+
+
+def diagnose(got, want, args: tuple, traps: tuple[Trap, ...] = ()) -> Trap | None:
+    """The first trap the student's answer `got` falls into on a case (arguments `args`, `want` the
+    reference's answer): the checker's own `traps` first, then SIGN_FLIP and NOT_FINITE; None if none."""
+    got, want = as_numbers(got), as_numbers(want)
+    return next((trap for trap in (*traps, SIGN_FLIP, NOT_FINITE) if trap.spots(got, want, args)), None)
+
+
+def _how_far(got, want, tolerance: float) -> str:
+    """A failing case's miss in numbers: where NaN or inf should not be, else the largest difference."""
+    got, want = as_numbers(got), as_numbers(want)
+    stray = int((~torch.isfinite(got) & torch.isfinite(want)).sum())
+    if stray:
+        return f"NaN or inf at {stray} of {want.numel()} values"
+    numbers = int((~torch.isnan(got) & torch.isnan(want)).sum())
+    if numbers:
+        return f"a number at {numbers} of {want.numel()} values where the answer is NaN"
+    return f"largest difference {max_difference(got, want):.1e} (tolerance {tolerance:.0e})"
+
+
+def _package_function(fn) -> str | None:
+    """'minirl.<module>.<name>' where fn, under the checkers' own wrappers (functools.wraps) and any
+    functools.partial, is one of minirl's functions; None for anything else (a student's function)."""
+    fn = inspect.unwrap(fn)
+    while isinstance(fn, functools.partial):
+        fn = inspect.unwrap(fn.func)
+    module = getattr(fn, "__module__", None) or ""
+    if module != "minirl" and not module.startswith("minirl."):
+        return None
+    return f"{module}.{getattr(fn, '__qualname__', getattr(fn, '__name__', type(fn).__name__))}"
+
+
+def _returning(student_fn, convert):
+    """student_fn with `convert` applied to what it returns; functools.wraps keeps student_fn
+    reachable (inspect.unwrap), so run_cases still sees whose function it is."""
+    @functools.wraps(student_fn)
+    def run(*args):
+        return convert(student_fn(*args))
+    return run
+
+
+def _report(name: str, failures: list[tuple[str, str, Trap | None]], n_cases: int) -> None:
+    """The FAIL line, then the first SHOWN failing cases, grouped under the trap each falls into."""
+    shown = failures[:SHOWN]
+    showing = f", showing {len(shown)}" if len(shown) < len(failures) else ""
+    print(f"FAIL {name}: {len(failures)} of {n_cases} cases wrong{showing}")
+    by_trap: dict[Trap | None, list[str]] = {}  # in order of first appearance
+    for label, how_far, trap in shown:
+        by_trap.setdefault(trap, []).append(f"{label}: {how_far}")
+    for trap, lines in by_trap.items():
+        if trap is None:
+            print("\n".join(f"  - {line}" for line in lines))
+        else:
+            print(f"  - {trap.mistake}\n    {trap.fix}")
+            print("\n".join(f"    case {line}" for line in lines))
+
+
+def run_cases(name: str, student_fn, reference_fn, cases: list[tuple[str, tuple]], tolerance: float = TOLERANCE,
+              traps: tuple[Trap, ...] = ()) -> None:
+    """Compare student_fn(*args) with reference_fn(*args) on each (label, args); print PASS/FAIL,
+    each failing case with the trap it falls into (`diagnose`, the checker's `traps` first).
 
     Each function gets its own deep copy of the arguments, so a student function that changes its
-    inputs in place can neither corrupt the reference's inputs nor pass by zeroing them.
+    inputs in place can neither corrupt the reference's inputs nor pass by zeroing them. minirl's
+    own function prints PACKAGE_FUNCTION's FAIL and runs no case.
     """
-    failures = []
+    package = _package_function(student_fn)
+    if package:
+        print(PACKAGE_FUNCTION.format(name=name, package=package))
+        return
+    failures = []  # (label, how far off, the trap it falls into or None)
     for label, args in cases:
         try:
             got = student_fn(*copy.deepcopy(args))
@@ -60,19 +198,18 @@ def run_cases(name: str, student_fn, reference_fn, cases: list[tuple[str, tuple]
             print(NOT_DONE.format(name=name))
             return
         except Exception as e:  # a student's bug must not stop the notebook
-            failures.append(f"{label}: raised {type(e).__name__}: {e}")
+            failures.append((label, f"raised {type(e).__name__}: {e}", None))
             continue
         try:
-            diff = max_difference(got, reference_fn(*copy.deepcopy(args)))
+            want = reference_fn(*copy.deepcopy(args))
+            diff = max_difference(got, want)
         except (ValueError, TypeError) as e:
-            failures.append(f"{label}: {e}")
+            failures.append((label, str(e), None))
             continue
         if not diff <= tolerance:
-            failures.append(f"{label}: largest difference {diff:.1e} (tolerance {tolerance:.0e})")
+            failures.append((label, _how_far(got, want, tolerance), diagnose(got, want, args, traps)))
     if failures:
-        print(f"FAIL {name}: {len(failures)} of {len(cases)} cases wrong")
-        for f in failures[:3]:
-            print(f"  - {f}")
+        _report(name, failures, len(cases))
         return
     within = "equal to the reference" if tolerance == 0 else f"within {tolerance:.0e} of the reference"
     print(f"PASS {name}: {len(cases)} cases, each {within}")
@@ -98,7 +235,10 @@ PASS_AT_K_CASES = [
 
 def pass_at_k(student_fn) -> None:
     """Check pass_at_k(n, c, k): the unbiased estimate of pass@k from n samples with c correct."""
-    run_cases("pass_at_k", student_fn, _exact_pass_at_k, PASS_AT_K_CASES)
+    plug_in = Trap("The plug-in 1 - (1 - c/n)^k: it underestimates pass@k.",
+                   "Use 1 - C(n-c, k) / C(n, k) (math.comb): the chance that k of the n include a correct one.",
+                   _gives(lambda n, c, k: 1 - (1 - c / n) ** k))
+    run_cases("pass_at_k", student_fn, _exact_pass_at_k, PASS_AT_K_CASES, traps=(plug_in,))
 
 
 def _loop_masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None):
@@ -128,9 +268,21 @@ def _masked_mean_cases() -> list[tuple[str, tuple]]:
     ]
 
 
+def _mean_over_all_positions(x, mask, dim=None):
+    """sum(x * mask) divided by the number of positions, padding included: masked_mean's trap."""
+    x, mask = x.double(), mask.double()
+    return (x * mask).mean() if dim is None else (x * mask).mean(dim)
+
+
 def masked_mean(student_fn) -> None:
     """Check masked_mean(x, mask, dim=None) = sum(x*mask)/sum(mask), NaN for an all-masked slice."""
-    run_cases("masked_mean", student_fn, _loop_masked_mean, _masked_mean_cases())
+    traps = (_forgot_mask(_loop_masked_mean, 1),
+             Trap("The padding is zeroed but still counted: you divided by the number of positions.",
+                  "Divide by mask.sum() (along dim), the number of real positions.", _gives(_mean_over_all_positions)),
+             Trap("A number where the answer is NaN: a slice with no real position has no mean.",
+                  "Leave 0 / 0 = NaN there; do not replace it.",
+                  lambda got, want, args: bool((~torch.isnan(got) & torch.isnan(want)).any())))
+    run_cases("masked_mean", student_fn, _loop_masked_mean, _masked_mean_cases(), traps=traps)
 
 
 # ---------------------------------------------------------------- lesson 01
@@ -153,7 +305,10 @@ DISCOUNTED_RETURN_CASES = [
 
 def discounted_return(student_fn) -> None:
     """Check discounted_return(rewards, gamma) = sum_t gamma^t r_t."""
-    run_cases("discounted_return", student_fn, _loop_discounted_return, DISCOUNTED_RETURN_CASES)
+    off_by_one = Trap("Off by one: the first reward is discounted too (gamma^(t+1) instead of gamma^t).",
+                      "Start the discount at gamma^0 = 1 for r_0.",
+                      _gives(lambda rewards, gamma: gamma * _loop_discounted_return(rewards, gamma)))
+    run_cases("discounted_return", student_fn, _loop_discounted_return, DISCOUNTED_RETURN_CASES, traps=(off_by_one,))
 
 
 def _micro_cases(with_completion: bool) -> list[tuple[str, tuple]]:
@@ -210,6 +365,7 @@ def _surrogate_cases() -> list[tuple[str, tuple]]:
 
 def _surrogate_gradient(loss_fn):
     """grad_theta of loss_fn(trajectory log-probs, returns) on the given episodes, negated (an ascent direction)."""
+    @functools.wraps(loss_fn)
     def grad(mdp, logits, episodes):
         theta = logits.detach().clone().requires_grad_(True)
         logps = torch.stack([mdp.log_prob(theta, p, c) for p, c in episodes])
@@ -239,41 +395,87 @@ def _loop_reward_to_go(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) 
     return out
 
 
-def _rtg_cases() -> list[tuple[str, tuple]]:
-    g = torch.Generator().manual_seed(0)
-    r = torch.randn(3, 5, generator=g, dtype=torch.float64)
+def _loop_running_sum(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """sum_{t'<=t} gamma^(t-t') r_t', from the row's start (a cumulative sum): reward-to-go's trap,
+    which is reward-to-go on the reversed rows."""
+    return _loop_reward_to_go(rewards.flip(1), mask.flip(1), gamma).flip(1)
+
+
+def _loop_total_return(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """The whole row's return G_0 on each of its tokens, 0 on padding."""
+    return _loop_reward_to_go(rewards, mask, gamma)[:, :1] * mask
+
+
+def _loop_reward_to_go_from_next(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """G_{t+1} stored at t: reward-to-go off by one."""
+    g = _loop_reward_to_go(rewards, mask, gamma)
+    return torch.cat([g[:, 1:], torch.zeros_like(g[:, :1])], dim=1) * mask
+
+
+_RUNNING_SUM = Trap("A running sum from the row's start (a cumsum): reward-to-go sums from t to the row's end.",
+                    "Sum backwards: loop t from the end (or flip, cumsum, flip back).",
+                    _gives(_loop_running_sum,
+                           lambda rewards, mask, gamma: _loop_running_sum(rewards, torch.ones_like(mask), gamma)))
+
+
+def _rtg_inputs():
+    """Rewards (3, 5); an all-ones mask; a mask of a full, an EOS-ended and a one-token row; the
+    rewards with junk (100) on that mask's padding."""
+    r = torch.randn(3, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     full = torch.ones(3, 5, dtype=torch.float64)
     ragged = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.float64)
     poisoned = r.clone()
     poisoned[ragged == 0] = 100.0  # rewards on padding must be ignored
-    return [("no padding, gamma 1", (r, full, 1.0)), ("truncated and EOS rows, gamma 1", (r, ragged, 1.0)),
-            ("discounted, gamma 0.9", (r, ragged, 0.9)), ("junk on the padding", (poisoned, ragged, 1.0))]
+    return r, full, ragged, poisoned
 
 
 def reward_to_go(student_fn) -> None:
     """Check reward_to_go(rewards, mask, gamma): G_t = sum_{t'>=t} gamma^(t'-t) r_t' within each row, 0 on padding."""
-    run_cases("reward_to_go", student_fn, _loop_reward_to_go, _rtg_cases())
+    r, full, ragged, poisoned = _rtg_inputs()
+    cases = [("no padding, gamma 1", (r, full, 1.0)), ("truncated and EOS rows, gamma 1", (r, ragged, 1.0)),
+             ("discounted, gamma 0.9", (r, ragged, 0.9)), ("junk on the padding", (poisoned, ragged, 1.0))]
+    off_by_one = Trap("Off by one: position t holds G_(t+1), the sum after r_t.",
+                      "Add r_t to the running sum before storing it at t.", _gives(_loop_reward_to_go_from_next))
+    run_cases("reward_to_go", student_fn, _loop_reward_to_go, cases,
+              traps=(_RUNNING_SUM, _forgot_mask(_loop_reward_to_go, 1), off_by_one))
+
+
+def _reinforce_loss_with(returns_fn):
+    """-(1/B) sum_i sum_t w_it log pi_it over the mask's tokens, w = returns_fn(rewards, mask, 1)."""
+    def loss(logprobs, rewards, mask):
+        return -(returns_fn(rewards, mask, 1.0) * logprobs * mask).sum(dim=1).mean()
+    return loss
+
+
+def _value_and_grad(loss_fn):
+    """loss_fn(logprobs, rewards, mask)'s value, then its gradient in logprobs, as one vector (1 + B*T,)."""
+    @functools.wraps(loss_fn)
+    def run(logprobs, rewards, mask):
+        lp = logprobs.detach().clone().requires_grad_(True)
+        loss = loss_fn(lp, rewards, mask)
+        loss.backward()
+        return torch.cat([loss.detach().reshape(1), lp.grad.flatten()])
+    return run
 
 
 def reinforce_loss(student_fn) -> None:
     """Check reinforce_loss(logprobs, rewards, mask): value and gradient of the reward-to-go
     surrogate -(1/B) sum_i sum_t G_it log pi(a_it | s_it)."""
-    def value_and_grad(fn):
-        def run(logprobs, rewards, mask):
-            lp = logprobs.detach().clone().requires_grad_(True)
-            loss = fn(lp, rewards, mask)
-            loss.backward()
-            return torch.cat([loss.detach().reshape(1), lp.grad.flatten()])
-        return run
-
-    def reference(lp, rewards, mask):
-        returns = _loop_reward_to_go(rewards, mask, 1.0)
-        return -(returns * lp * mask).sum(dim=1).mean()
-
-    g = torch.Generator().manual_seed(1)
-    lp = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 3
-    cases = [(label, (lp, r, m)) for label, (r, m, _) in _rtg_cases()]
-    run_cases("reinforce_loss", value_and_grad(student_fn), value_and_grad(reference), cases)
+    r, full, ragged, poisoned = _rtg_inputs()
+    at_the_end = torch.zeros_like(r)
+    at_the_end[torch.arange(3), ragged.sum(1).long() - 1] = r[:, 0]  # one reward, on each row's last real token
+    lp = -torch.rand(3, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 3
+    cases = [("no padding (each token weighted by its reward-to-go)", (lp, r, full)),
+             ("EOS and padding (only the mask's tokens count)", (lp, r, ragged)),
+             ("one reward, on each row's last token (an outcome reward)", (lp, at_the_end, ragged)),
+             ("junk rewards on the padding", (lp, poisoned, ragged))]
+    reference = _value_and_grad(_reinforce_loss_with(_loop_reward_to_go))
+    whole_return = Trap("Every token weighted by the whole episode's return: token t's weight is the reward-to-go G_t.",
+                        "Sum the rewards from t to the row's end, not over the whole row.",
+                        _gives(_value_and_grad(_reinforce_loss_with(_loop_total_return))))
+    running_sum = _RUNNING_SUM._replace(spots=_gives(_value_and_grad(_reinforce_loss_with(_loop_running_sum))))
+    run_cases("reinforce_loss", _value_and_grad(student_fn), reference, cases,
+              traps=(_forgot_mask(reference, 2), whole_return, running_sum))
 
 
 # ---------------------------------------------------------------- lesson 04
@@ -299,12 +501,19 @@ def _gae_cases() -> list[tuple[str, tuple]]:
             ("gamma 0.9, lambda 0.95", (r, v, ragged, 0.9, 0.95)), ("junk values on the padding", (r, junk_v, ragged, 1.0, 0.5))]
 
 
+def _loop_gae_values_shifted(rewards, values, mask, gamma, lam):
+    """GAE with each value read one token late (V(s_(t+1)) as V(s_t)): lesson 04's bug to hunt."""
+    masked = values * mask
+    return _loop_gae(rewards, torch.cat([masked[:, 1:], torch.zeros_like(masked[:, :1])], dim=1), mask, gamma, lam)
+
+
 def gae(student_fn) -> None:
     """Check gae(rewards, values, mask, gamma, lam) -> advantages (B, T), 0 on padding, no bootstrap past a row's end."""
-    def advantages_only(*args):
-        out = student_fn(*args)
-        return out[0] if isinstance(out, (tuple, list)) else out
-    run_cases("gae", advantages_only, _loop_gae, _gae_cases())
+    shifted = Trap("Off by one: each value is read one token late (V(s_(t+1)) used as V(s_t)).",
+                   "values[:, t] is V before token t: delta_t = r_t + gamma * values[:, t+1] - values[:, t].",
+                   _gives(_loop_gae_values_shifted))
+    run_cases("gae", _returning(student_fn, lambda out: out[0] if isinstance(out, (tuple, list)) else out),
+              _loop_gae, _gae_cases(), traps=(_forgot_mask(_loop_gae, 2), shifted))
 
 
 def _loop_bias_variance(terms, probs, exact):
@@ -323,12 +532,11 @@ def bias_and_variance(student_fn) -> None:
     exact = (probs[:, None, None] * terms).sum(0)
     cases = [("unbiased estimator", (terms, probs, exact)), ("biased estimator", (terms + 0.3, probs, exact)),
              ("a sure thing (one outcome)", (terms[:1], torch.ones(1, dtype=torch.float64), terms[0]))]
-    def pair(*args):
-        out = student_fn(*args)
+    def pair(out):
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise TypeError(f"returned {type(out).__name__}: return the pair (bias, variance)")
         return torch.tensor([float(x) for x in out])
-    run_cases("bias_and_variance", pair, _loop_bias_variance, cases)
+    run_cases("bias_and_variance", _returning(student_fn, pair), _loop_bias_variance, cases)
 
 
 # ---------------------------------------------------------------- lesson 05
@@ -358,15 +566,22 @@ def clipped_objective(student_fn) -> None:
 
 
 # ---------------------------------------------------------------- lesson 06
-def _loop_group_advantages(rewards, group_size, eps):
+def _loop_group_advantages(rewards, group_size, eps, ddof=1):
+    """ddof 1: the sample std (dividing by N - 1), the exercise's; 0: the population std (N), its trap."""
     out = []
     values = [float(r) for r in rewards]
     for start in range(0, len(values), group_size):
         group = values[start : start + group_size]
         mean = sum(group) / len(group)
-        std = math.sqrt(sum((r - mean) ** 2 for r in group) / (len(group) - 1))  # sample std, N - 1
+        std = math.sqrt(sum((r - mean) ** 2 for r in group) / (len(group) - ddof))
         out += [(r - mean) / (std + eps) for r in group]
     return torch.tensor(out, dtype=torch.float64)
+
+
+def _no_eps_group_advantages(rewards, group_size, eps):
+    """(r - group mean) / sample std, eps left out: NaN for a group of equal rewards."""
+    g = rewards.double().view(-1, group_size)
+    return ((g - g.mean(dim=1, keepdim=True)) / g.std(dim=1, keepdim=True)).reshape(-1)
 
 
 def group_advantages(student_fn) -> None:
@@ -378,7 +593,15 @@ def group_advantages(student_fn) -> None:
              ("a group of all-equal rewards (zero, not NaN)", (torch.full((4,), 3.0, dtype=torch.float64), 4, 1e-4)),
              ("groups of 2", (torch.tensor([0.0, 1.0, 5.0, -5.0], dtype=torch.float64), 2, 1e-4)),
              ("large rewards", (1e3 * torch.randn(8, generator=g, dtype=torch.float64), 4, 1e-4))]
-    run_cases("group_advantages", student_fn, _loop_group_advantages, cases)
+    # The population std is the sample std times sqrt((G-1)/G), so advantages divided by it come out
+    # sqrt(G/(G-1)) times the right ones (1.07 for G = 8, 1.15 for 4, 1.41 for 2), eps aside.
+    traps = (Trap("NaN or inf where the advantage is 0: a group of equal rewards has std 0.",
+                  "Add eps to the std before dividing: 0 / eps = 0.", _not_finite),
+             Trap("The population std (divides by G), not the sample std (G - 1): advantages sqrt(G/(G-1)) too large.",
+                  "Use .std() (unbiased, torch's default), not .std(unbiased=False) or correction=0.",
+                  _gives(lambda rewards, group_size, eps: _loop_group_advantages(rewards, group_size, eps, ddof=0))),
+             Trap("eps is missing: you divided by the std alone.", "Divide by (std + eps).", _gives(_no_eps_group_advantages)))
+    run_cases("group_advantages", student_fn, _loop_group_advantages, cases, traps=traps)
 
 
 def _loop_k3(logp, ref_logp):
@@ -397,7 +620,9 @@ def kl_k3(student_fn) -> None:
     cases = [("random log-probs", (logp, ref)), ("the same policy (0)", (logp, logp.clone())),
              ("reference far less likely", (logp, logp - 5.0)), ("reference far more likely", (logp - 5.0, logp)),
              ("one token", (logp[:1, :1], ref[:1, :1]))]
-    run_cases("kl_k3", student_fn, _loop_k3, cases)
+    upside_down = Trap("The ratio upside down: p/q, where k3 uses q/p = exp(ref_logp - logp).",
+                       "k3 = q/p - 1 - log(q/p), p = pi_theta, q = pi_ref.", _gives(lambda logp, ref: _loop_k3(ref, logp)))
+    run_cases("kl_k3", student_fn, _loop_k3, cases, traps=(upside_down,))
 
 
 # ---------------------------------------------------------------- lesson 07
@@ -437,7 +662,8 @@ def elo_update(student_fn) -> None:
              ("upset", (1400.0, 1800.0, 1.0, 32.0)),
              ("a draw", (1600.0, 1500.0, 0.5, 16.0)),
              ("a loses", (1500.0, 1500.0, 0.0, 24.0))]
-    run_cases("elo_update", lambda *a: torch.as_tensor(student_fn(*a), dtype=torch.float64), _loop_elo_update, cases)
+    run_cases("elo_update", _returning(student_fn, lambda out: torch.as_tensor(out, dtype=torch.float64)),
+              _loop_elo_update, cases)
 
 
 def _loop_ceiling(utilities, probs):
@@ -478,6 +704,12 @@ def _loop_sft_loss(logits, tokens, mask):
     return total / count
 
 
+def _loop_sft_loss_per_row(logits, tokens, mask):
+    """Each row's mean negative log-likelihood, then their mean: sft_loss's trap."""
+    rows = range(tokens.size(0))
+    return sum(_loop_sft_loss(logits[b:b + 1], tokens[b:b + 1], mask[b:b + 1]) for b in rows) / len(rows)
+
+
 def sft_loss(student_fn) -> None:
     """Check sft_loss(logits, tokens, mask) -> mean negative log-likelihood of the tokens where mask
     is 1 (the response), over all of them; the prompt and the padding (mask 0) are never targets."""
@@ -493,7 +725,10 @@ def sft_loss(student_fn) -> None:
                                                                    dtype=torch.float64))),
              ("every token a target", (logits, tokens, torch.ones(3, 5, dtype=torch.float64))),
              ("one response token", (logits[:1], tokens[:1], torch.tensor([[0, 0, 0, 0, 1]], dtype=torch.float64)))]
-    run_cases("sft_loss", student_fn, _loop_sft_loss, cases)
+    per_row = Trap("A mean per row, then over rows: a row with few response tokens weighs as much as a long one.",
+                   "Average over all response tokens at once: the masked sum divided by mask.sum().",
+                   _gives(_loop_sft_loss_per_row))
+    run_cases("sft_loss", student_fn, _loop_sft_loss, cases, traps=(_forgot_mask(_loop_sft_loss, 2), per_row))
 
 
 def _loop_select_best(scores, n):
@@ -514,13 +749,19 @@ def select_best(student_fn) -> None:
              ("ties go to the first", (torch.tensor([1.0, 3.0, 3.0, 0.0, 2.0, 2.0], dtype=torch.float64), 3)),
              ("all scores negative", (-s.abs(), 3)),
              ("all equal", (torch.zeros(8, dtype=torch.float64), 4))]
-    run_cases("select_best", lambda *a: as_numbers(student_fn(*a)), _loop_select_best, cases, tolerance=0.0)
+    within_group = Trap("The index within each group, not the index into scores.",
+                        "Add each group's start (group number times n) to its argmax.",
+                        _gives(lambda s, n: _loop_select_best(s, n) - torch.arange(0, len(s), n)))
+    run_cases("select_best", _returning(student_fn, as_numbers), _loop_select_best, cases, tolerance=0.0,
+              traps=(within_group,))
 
 
 def best_of_n_kl_bound(student_fn) -> None:
     """Check best_of_n_kl_bound(n) -> log N - (N - 1)/N, the KL of best-of-N with continuous rewards."""
     cases = [(f"N = {n}", (n,)) for n in (1, 2, 4, 16, 100, 10_000)]
-    run_cases("best_of_n_kl_bound", student_fn, lambda n: math.log(n) - (n - 1) / n, cases)
+    log_n = Trap("log N alone: the often quoted bound, above the KL of best-of-N.", "Subtract (N - 1)/N.",
+                 _gives(lambda n: math.log(n)))
+    run_cases("best_of_n_kl_bound", student_fn, lambda n: math.log(n) - (n - 1) / n, cases, traps=(log_n,))
 
 
 # ---------------------------------------------------------------- lesson 09
@@ -535,14 +776,11 @@ def _loop_dpo(pc, pr, rc, rr, beta):
     return torch.tensor([total / len(chosen)] + chosen + rejected, dtype=torch.float64)
 
 
-def _flat_dpo(student_fn):
-    def run(*args):
-        out = student_fn(*args)
-        if not isinstance(out, tuple) or len(out) != 3:
-            raise TypeError("return three things: (loss, chosen_rewards, rejected_rewards)")
-        loss, chosen, rejected = (as_numbers(x) for x in out)
-        return torch.cat([loss.reshape(1), chosen.reshape(-1), rejected.reshape(-1)])
-    return run
+def _flat_dpo(out):
+    if not isinstance(out, tuple) or len(out) != 3:
+        raise TypeError("return three things: (loss, chosen_rewards, rejected_rewards)")
+    loss, chosen, rejected = (as_numbers(x) for x in out)
+    return torch.cat([loss.reshape(1), chosen.reshape(-1), rejected.reshape(-1)])
 
 
 def dpo_loss(student_fn) -> None:
@@ -556,7 +794,9 @@ def dpo_loss(student_fn) -> None:
              ("the policy is the reference: log 2, rewards 0", (pc, pr, pc.clone(), pr.clone(), 0.5)),
              ("a margin of -1000 (log sigmoid, not log of sigmoid)", (pc - 1000, pr, rc, rr, 1.0)),
              ("one pair", (pc[:1], pr[:1], rc[:1], rr[:1], 0.3))]
-    run_cases("dpo_loss", _flat_dpo(student_fn), _loop_dpo, cases)
+    log_of_sigmoid = Trap("NaN or inf: log(sigmoid(h)) is log 0 for a margin far below 0.",
+                          "Use F.logsigmoid(h) (or -F.softplus(-h)).", _not_finite)
+    run_cases("dpo_loss", _returning(student_fn, _flat_dpo), _loop_dpo, cases, traps=(log_of_sigmoid,))
 
 
 def _loop_sequence_logprob(logprobs, mask):
@@ -575,7 +815,10 @@ def sequence_logprob(student_fn) -> None:
              ("-inf on the padding", (junk, ragged)),
              ("no padding", (x, torch.ones(3, 5, dtype=torch.float64))),
              ("an all-padding tail after one token", (x[2:], ragged[2:]))]
-    run_cases("sequence_logprob", student_fn, _loop_sequence_logprob, cases)
+    times_mask = Trap("NaN where the sum is a number: -inf times the mask's 0 is NaN.",
+                      "Select with torch.where(mask.bool(), logprobs, 0) instead of multiplying by the mask.", _not_finite)
+    run_cases("sequence_logprob", student_fn, _loop_sequence_logprob, cases,
+              traps=(_forgot_mask(_loop_sequence_logprob, 1), times_mask))
 
 
 def _log_sum_exp(values: list[float]) -> float:
@@ -583,9 +826,10 @@ def _log_sum_exp(values: list[float]) -> float:
     return top + math.log(sum(math.exp(v - top) for v in values))
 
 
-def _enumerated_soft_q(mdp, rewards):
+def _enumerated_soft_q(mdp, rewards, pool=_log_sum_exp):
     """Q(s, a) = r(s, a) + log of the sum, over every way to finish the episode after a, of
-    exp(the rewards still to come): each completion through (s, a) listed and summed, no recursion."""
+    exp(the rewards still to come): each completion through (s, a) listed and summed, no recursion.
+    pool=max gives the hard Q of plain value iteration instead, the trap."""
     r = rewards.tolist()
     q = torch.zeros(tuple(rewards.shape), dtype=torch.float64)
     for s, (prompt, prefix) in enumerate(mdp.states):
@@ -594,7 +838,7 @@ def _enumerated_soft_q(mdp, rewards):
             through = [c for c in mdp.completions if len(c) > t0 and c[:t0] == prefix and c[t0] == action]
             to_go = [sum(r[mdp.state_index[(prompt, c[:t])]][mdp.actions.index(c[t])] for t in range(t0, len(c)))
                      for c in through]
-            q[s, a] = _log_sum_exp(to_go)
+            q[s, a] = pool(to_go)
     return q
 
 
@@ -611,7 +855,10 @@ def soft_value_iteration(student_fn) -> None:
               (world, 300 * torch.randn(world.shape, generator=g, dtype=torch.float64))),
              ("horizon 1: one action ends the episode", (MicroMDP(horizon=1), torch.randn(MicroMDP(horizon=1).shape,
                                                                                           generator=g, dtype=torch.float64)))]
-    run_cases("soft_value_iteration", student_fn, _enumerated_soft_q, cases)
+    hard_max = Trap("A hard max: V(s) = max_a Q(s, a) is plain value iteration.",
+                    "Soft: V(s) = log sum_a exp Q(s, a) (torch.logsumexp).",
+                    _gives(lambda mdp, rewards: _enumerated_soft_q(mdp, rewards, pool=max)))
+    run_cases("soft_value_iteration", student_fn, _enumerated_soft_q, cases, traps=(hard_max,))
 
 
 def _loop_gail_loss(expert_logits, policy_logits):
@@ -632,7 +879,12 @@ def gail_discriminator_loss(student_fn) -> None:
              ("confident and right: logits +-1000", (e.abs() + 1000, -p.abs() - 1000)),
              ("confident and wrong: logits -+1000 (logsigmoid, not log of sigmoid)", (-e.abs() - 1000, p.abs() + 1000)),
              ("one sample each", (e[:1], p[:1]))]
-    run_cases("gail_discriminator_loss", student_fn, _loop_gail_loss, cases)
+    traps = (Trap("The classes swapped: D here is P(expert), so the expert's samples get -log D.",
+                  "Put -log sigmoid(x) on the expert's logits and -log(1 - sigmoid(x)) on the policy's.",
+                  _gives(lambda e, p: _loop_gail_loss(-e, -p))),
+             Trap("NaN or inf: log(sigmoid(x)) is log 0 for a logit of -1000.",
+                  "Use F.logsigmoid(x) for log D and F.logsigmoid(-x) for log(1 - D).", _not_finite))
+    run_cases("gail_discriminator_loss", student_fn, _loop_gail_loss, cases, traps=traps)
 
 
 def _loop_importance_weights(rewards, log_q):
@@ -652,7 +904,11 @@ def importance_weights(student_fn) -> None:
              ("rewards near 1000 (subtract the largest log-weight before exp)", (r + 1000, lq)),
              ("a sample q made far more often than exp(R) says: weight near 0", (r, torch.cat([lq[:5], torch.tensor([50.0], dtype=torch.float64)]))),
              ("one sample: weight 1", (r[:1], lq[:1]))]
-    run_cases("importance_weights", student_fn, _loop_importance_weights, cases)
+    traps = (Trap("Multiplied by q instead of divided: the weight is exp(R) / q.", "Take the log-weights rewards - log_q.",
+                  _gives(lambda r, lq: _loop_importance_weights(r, -lq))),
+             Trap("NaN or inf: exp of a log-weight near 1000 overflows.",
+                  "Subtract the largest log-weight before exp (or use torch.softmax).", _not_finite))
+    run_cases("importance_weights", student_fn, _loop_importance_weights, cases, traps=traps)
 
 
 def _loop_positions(mask):
@@ -674,7 +930,14 @@ def positions_from_mask(student_fn) -> None:
              ("a row of padding only", (torch.tensor([[0, 0, 0], [0, 1, 1]]),)),
              ("one column", (torch.tensor([[1], [0]]),)),
              ("a boolean mask", (torch.tensor([[False, True, True, True]]),))]
-    run_cases("positions_from_mask", student_fn, _loop_positions, cases)
+    traps = (Trap("Off by one: the first real token has position 1.", "Subtract 1 from the cumsum of the mask.",
+                  _gives(lambda mask: as_numbers(mask).cumsum(-1))),
+             Trap("The padding is counted: positions run 0, 1, 2, ... over the whole row.",
+                  "Count real tokens only: the cumsum of the mask, minus 1.",
+                  _gives(lambda mask: torch.arange(mask.size(-1)).expand(mask.shape))),
+             Trap("The padding gets -1.", "Clamp the positions to 0 or more (padding is never attended to).",
+                  _gives(lambda mask: as_numbers(mask).cumsum(-1) - 1)))
+    run_cases("positions_from_mask", student_fn, _loop_positions, cases, traps=traps)
 
 
 def _zero_per_rank(n_params, ranks, stage):

@@ -9,9 +9,9 @@ world).
 The trunk can be the policy itself (a value head on the policy's trunk: cheap, but the value
 loss also moves the policy's features) or a separate copy (twice the memory, no interference).
 A separate critic can start from the policy (`make_critic`, value 0 everywhere) or from the
-reward model (`from_reward_model`, InstructGPT's choice and seed 001's "use reward model to init
-the critic"): then it starts out predicting the reward model's score of each prefix, as if the
-completion ended there.
+reward model (`from_reward_model`: InstructGPT's choice, and "use reward model to init the critic"
+in Hao Sun's slides "Reinforcement Learning in the Era of LLMs", Cambridge 2023): then it starts
+out predicting the reward model's score of each prefix, as if the completion ended there.
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ import torch.nn as nn
 
 from .model import GPT
 from .sampling import Rollout, completion_hidden
+
+__all__ = ["ValueHead", "completion_values", "make_critic", "from_reward_model"]
 
 
 class ValueHead(nn.Module):

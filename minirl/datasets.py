@@ -7,6 +7,8 @@ from . import validate
 from .grammar import FAMILIES
 from .paths import verified_path
 
+__all__ = ["SPLITS", "load_corpus", "load_prompts", "load_preferences", "load_demos", "load_order_scores"]
+
 SPLITS = ("train", "test")
 
 

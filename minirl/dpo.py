@@ -26,27 +26,51 @@ import torch
 from . import losses, rewards, rlhf, validate
 from .model import GPT
 from .notebook import progress
-from .reward_model import batches, pair_tokens
-from .sft import sequence_logprobs
+from .reward_model import batches, check_leading_space, pair_tokens
+from .sft import tokenized_logprobs
 from .tokenizer import PAD, load_tokenizer
 from .training import check_finite, frozen_reference, optimizer_step
+
+__all__ = ["LOSS_TYPES", "DPOConfig", "label_noise", "pair_logprobs", "reference_logprobs", "objective", "train_dpo"]
 
 LOSS_TYPES = losses.DPO_LOSS_TYPES + ("simpo",)
 
 
+@validate.known_options
 @dataclass
 class DPOConfig:
+    """Settings of `train_dpo`.
+
+    steps             optimizer steps
+    batch_size        preference pairs per step
+    beta              how hard the policy is held to the reference: the implicit reward is
+                      beta * log(pi / pi_ref) (0.1: TRL's default); for 'ipo' the margin's target is
+                      1 / (2 beta), for 'simpo' beta scales the length-normalized reward
+    loss_type         'sigmoid' (DPO), 'ipo' or 'simpo' (SimPO, no reference); see `LOSS_TYPES`
+    label_smoothing   the probability that a label is flipped (conservative DPO), in [0, 0.5]
+    average_logprobs  score each response by its per-token mean log-prob instead of the sum
+                      ('simpo' always averages)
+    simpo_gamma       SimPO's margin: the chosen side must win by this much ('simpo' only)
+    lr                AdamW's learning rate (no weight decay)
+    max_grad_norm     gradients are clipped to this global norm (inf: no clipping)
+    online_every      0: offline, on the pairs given; k: every k steps, fresh pairs of the policy's
+                      own samples labelled by the gold annotator (pass pairs=None)
+    eval_every        evaluate the policy every this many steps (`rlhf.policy_report`); 0: at the
+                      start and the end only
+    eval_samples      samples of 'order:' per evaluation
+    seed              seeds the order of the pairs (or the online samples) and the evaluations' samples
+    """
     steps: int = 60
-    batch_size: int = 32  # pairs per step
+    batch_size: int = 32
     beta: float = 0.1
-    loss_type: str = "sigmoid"  # 'sigmoid' (DPO), 'ipo' or 'simpo'
-    label_smoothing: float = 0.0  # conservative DPO: the probability that a label is flipped
-    average_logprobs: bool = False  # per-token mean log-probs instead of the sum (SimPO always averages)
+    loss_type: str = "sigmoid"
+    label_smoothing: float = 0.0
+    average_logprobs: bool = False
     simpo_gamma: float = 0.5
     lr: float = 1e-5
     max_grad_norm: float = 1.0
-    online_every: int = 0  # 0: offline on the given pairs; k: fresh gold-labelled pairs every k steps
-    eval_every: int = 0  # 0: evaluate at the start and the end only
+    online_every: int = 0
+    eval_every: int = 0
     eval_samples: int = 256
     seed: int = 0
 
@@ -82,7 +106,7 @@ def pair_logprobs(model: GPT, items: list, pad: int, average: bool = False) -> t
     rejected ids, label) under `model`, in one forward pass over the 2B responses."""
     chosen = [(c, n) for c, n, _, _ in items]
     rejected = [(r, n) for _, n, r, _ in items]
-    return sequence_logprobs(model, chosen + rejected, pad, average).chunk(2)
+    return tokenized_logprobs(model, chosen + rejected, pad, average).chunk(2)
 
 
 @torch.no_grad()
@@ -128,6 +152,9 @@ def train_dpo(policy: GPT, pairs: list[dict] | None, config: DPOConfig = DPOConf
     if not config.online_every and (isinstance(pairs, dict) or not pairs):
         raise ValueError("offline DPO needs a non-empty list of {'prompt', 'chosen', 'rejected'} pairs")
     enc = tokenizer or load_tokenizer()
+    if pairs is not None:
+        check_leading_space([r[side] for r in pairs for side in ("chosen", "rejected")],
+                            "chosen and rejected responses")
     pad = enc.encode_single_token(PAD)
     reference = reference or frozen_reference(policy)
     policy.eval()  # the GPT has no dropout; eval mode only keeps sampling and scoring alike

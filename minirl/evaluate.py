@@ -9,6 +9,8 @@ from .ops import masked_sum
 from .sampling import completion_logprobs, sample
 from .tokenizer import load_tokenizer
 
+__all__ = ["pass_at_k", "sample_family", "arithmetic_pass_at_k", "base_model_report", "heldout_report"]
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased estimate of pass@k from n samples of which c are correct (Chen et al., 2021).

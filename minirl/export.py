@@ -16,6 +16,9 @@ from .reward_model import RewardModel
 from .sampling import positions_from_mask
 from .tokenizer import EOS, PAD, SPECIAL_TOKENS, load_ranks, load_tokenizer
 
+__all__ = ["PLAIN_CHAT_TEMPLATE", "CONV1D", "hf_state_dict", "course_special_ids", "hf_config", "to_hf_gpt2",
+           "use_mask_positions", "load_weights", "to_hf_reward_model", "to_hf_critic", "to_hf_tokenizer", "save"]
+
 # the messages' contents, concatenated, nothing added (no roles, no generation prompt)
 PLAIN_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")

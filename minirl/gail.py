@@ -53,12 +53,16 @@ import torch.nn.functional as F
 from . import grammar, losses, rewards, validate, world
 from .grpo_trainer import GRPOConfig, train_grpo
 from .model import GPT, load_model
-from .reward_model import RewardModel, from_base, right_pad, sequence_ids
+from .reward_model import RewardModel, check_leading_space, from_base, right_pad, sequence_ids
 from .sampling import sample
-from .sft import sequence_logprobs
+from .sft import tokenized_logprobs
 from .tasks import plans_task
 from .tokenizer import PAD, load_tokenizer
 from .training import frozen_reference
+
+__all__ = ["DISCRIMINATORS", "REWARD_FORMS", "PROMPT", "MAX_NEW_TOKENS", "GAILConfig", "policy_reward",
+           "Discriminator", "pretrain", "train_gail", "plan_distribution", "plan_sequences", "expert_kl",
+           "expected_true_reward", "expert_true_reward"]
 
 DISCRIMINATORS = ("gail", "airl")
 REWARD_FORMS = ("log_d", "neg_log_1m_d", "logit")
@@ -66,13 +70,27 @@ PROMPT = grammar.PROMPT_HEADS["plans"]
 MAX_NEW_TOKENS = grammar.MAX_NEW_TOKENS["plans"]
 
 
+@validate.known_options
 @dataclass
 class GAILConfig:
+    """Settings of the discriminator D in `train_gail` and `Discriminator` (the policy's are a
+    GRPOConfig).
+
+    disc_lr         D's AdamW learning rate (no weight decay)
+    disc_steps      D's updates per generator step (0: D stays as it is)
+    expert_batch    demonstrations per update of D, drawn without replacement
+    policy_batches  D trains on the policy's last this-many batches of samples (a replay buffer)
+    disc_layers     D's network keeps the first this-many blocks of the base's trunk (2 of 6: on
+                    plans as accurate as all six, at less than half the cost)
+    discriminator   'airl' (logit f - log(pi / pi_ref)) or 'gail' (logit f); see `DISCRIMINATORS`
+    reward_form     the policy's reward from D: 'log_d', 'neg_log_1m_d' or 'logit' (`REWARD_FORMS`)
+    seed            seeds the demonstrations drawn for D and the samples of its warm start
+    """
     disc_lr: float = 3e-4
     disc_steps: int = 1
     expert_batch: int = 256
-    policy_batches: int = 1  # D trains on the policy's last this-many batches of samples (a replay buffer)
-    disc_layers: int = 2  # D's network keeps the first this-many blocks of the base's trunk
+    policy_batches: int = 1
+    disc_layers: int = 2
     discriminator: str = "airl"
     reward_form: str = "logit"
     seed: int = 0
@@ -120,6 +138,7 @@ class Discriminator:
         trunk.h, trunk.config = trunk.h[: config.disc_layers], dataclasses.replace(trunk.config, n_layer=config.disc_layers)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=config.disc_lr, weight_decay=0.0)
         self.expert = [sequence_ids(self.enc, d["prompt"], d["completion"])[0] for d in demos]
+        check_leading_space([d["completion"] for d in demos], "demonstrations")
         self.prompt_length = len(self.enc.encode(PROMPT))
         self.pad = self.enc.encode_single_token(PAD)
         self.rng = random.Random(config.seed)
@@ -136,7 +155,7 @@ class Discriminator:
     @torch.no_grad()
     def log_prob(self, model: GPT, seqs: list[list[int]]) -> torch.Tensor:
         """(B,) log model(completion | 'plan:') of prompt + completion sequences."""
-        return sequence_logprobs(model, [(s, self.prompt_length) for s in seqs], self.pad)
+        return tokenized_logprobs(model, [(s, self.prompt_length) for s in seqs], self.pad)
 
     def reference_log_prob(self, seqs: list[list[int]]) -> torch.Tensor:
         """log pi_ref of each sequence, each computed once (the reference is frozen)."""
@@ -217,7 +236,7 @@ def plan_distribution(policy: GPT, tokenizer=None) -> tuple[list[tuple[str, ...]
     enc = tokenizer or load_tokenizer()
     prompt_length = len(enc.encode(PROMPT))
     items = [(ids, prompt_length) for ids in plan_sequences(enc)]
-    logp = sequence_logprobs(policy, items, enc.encode_single_token(PAD)).double().cpu()
+    logp = tokenized_logprobs(policy, items, enc.encode_single_token(PAD)).double().cpu()
     return world.expert_plan_distribution()[0], logp.exp()
 
 

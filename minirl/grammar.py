@@ -15,6 +15,11 @@ from __future__ import annotations
 
 import re
 
+__all__ = ["NOUNS", "POSITIVE", "NEGATIVE", "NEUTRAL", "ADJECTIVES", "INTENSIFIERS", "CONNECTIVES", "MAX_CLAUSES",
+           "MAX_OPERAND", "ARITHMETIC", "GREETINGS", "SIZES", "DRINKS", "MILKS", "POLITE", "ACTIVITIES",
+           "PLAN_LENGTH", "FAMILIES", "MAX_NEW_TOKENS", "PROMPT_HEADS", "family_of", "is_review", "is_arithmetic",
+           "is_order", "is_plan", "VALIDATORS", "is_valid"]
+
 # ---------------------------------------------------------------- reviews
 NOUNS = ("movie", "film", "plot", "acting", "story", "cast", "ending", "music", "script", "dialogue")
 POSITIVE = ("great", "wonderful", "brilliant", "superb", "charming", "moving", "fun", "delightful")

@@ -34,24 +34,52 @@ from .tasks import RewardFn, Task, training_rewards
 from .tokenizer import load_tokenizer
 from .training import check_config, check_finite, check_inputs, frozen_reference, optimizer_step, training_batches
 
+__all__ = ["ADVANTAGES", "LR_SCHEDULES", "GRPOConfig", "group_advantages", "zero_advantage_fraction", "grpo_update",
+           "lr_factor", "train_grpo"]
+
 ADVANTAGES = ("group", "group_mean", "leave_one_out")
 LR_SCHEDULES = ("constant", "linear")
 
 
+@validate.known_options
 @dataclass
 class GRPOConfig:
+    """Settings of `train_grpo`. Each step samples prompts_per_step x group_size completions.
+
+    steps             training steps, each on a freshly sampled batch
+    prompts_per_step  training prompts drawn per step (at random, with replacement)
+    group_size        completions per prompt, G: the group whose rewards are each other's baseline
+                      (at least 2)
+    lr                AdamW's learning rate (no weight decay)
+    beta              weight of the per-token k3 KL to the frozen starting model (0.04: the GRPO
+                      paper's; 0 turns the penalty off)
+    clip_eps          the ratio's clip range [1 - clip_eps, 1 + clip_eps] (PPO's 0.2); it binds only
+                      when inner_steps > 1
+    inner_steps       gradient steps on each sampled batch, the paper's mu; 1 (its and TRL's default)
+                      leaves the ratio at 1, so the clip never binds
+    advantage         'group' (r - mean) / (std + eps), 'group_mean' r - mean (Dr. GRPO), or
+                      'leave_one_out' r - the mean of the others (RLOO); see `ADVANTAGES`
+    aggregation       how per-token losses become one number, one of `minirl.losses.AGGREGATIONS`;
+                      'sequence_mean' (per-completion token mean, then the mean) is the paper's
+    max_grad_norm     gradients are clipped to this global norm (inf: no clipping)
+    lr_schedule       'constant', or 'linear': from lr down to 0 at the last step (Hugging Face
+                      Trainer's default)
+    warmup_steps      the rate first rises linearly to lr over this many steps (`lr_factor`);
+                      fewer than steps
+    seed              seeds the prompt draws and the sampler's generator
+    """
     steps: int = 120
     prompts_per_step: int = 16
     group_size: int = 8
     lr: float = 5e-4
     beta: float = 0.04
     clip_eps: float = 0.2
-    inner_steps: int = 1  # the paper's mu; 1 (its and TRL's default) leaves the ratio at 1, so the clip never binds
+    inner_steps: int = 1
     advantage: str = "group"
     aggregation: str = "sequence_mean"
     max_grad_norm: float = 1.0
-    lr_schedule: str = "constant"  # 'linear': from lr down to 0 at the last step (Hugging Face Trainer's default)
-    warmup_steps: int = 0  # the rate first rises linearly to lr over this many steps (`lr_factor`)
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
     seed: int = 0
 
     def __post_init__(self):

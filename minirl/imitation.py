@@ -18,6 +18,9 @@ import torch
 from . import validate
 from .mdp import MicroMDP
 
+__all__ = ["reward_table", "expert_logits", "greedy_expert", "state_visitation", "expected_return", "action_counts",
+           "behaviour_cloning", "total_variation", "per_step_error", "dagger"]
+
 
 def reward_table(mdp: MicroMDP) -> torch.Tensor:
     """r(s, a) of the world, the terminal reward included, (n_states, n_actions)."""

@@ -27,6 +27,10 @@ import torch
 from . import grammar, micro
 from .mdp import MicroMDP
 
+__all__ = ["micro_features", "true_theta", "episode_features", "episode_distribution", "expert_distribution",
+           "per_prompt_mean", "model_distribution", "log_likelihood", "maxent_gradient",
+           "importance_weighted_gradient", "plan_features", "empirical_distribution", "fit_maxent"]
+
 
 def micro_features(mdp: MicroMDP) -> torch.Tensor:
     """phi(s, a), (n_states, n_actions, F): F = n_prompts * n_actions token indicators (prompt

@@ -20,6 +20,8 @@ import torch
 
 from .ops import check_float
 
+__all__ = ["kl_k1", "kl_k2", "kl_k3"]
+
 
 def _log_ratio(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     check_float("logp", logp)

@@ -2,8 +2,8 @@
 
 A *surrogate* loss is built so that its gradient is the estimator we want; its value means
 nothing (it is not J, and it can go up while the policy gets better). Every loss takes
-completion-only (B, T) tensors with a 0/1 `mask` (COURSE.md conventions) and raises a clear error
-on a row whose mask is all zero.
+completion-only (B, T) tensors with a 0/1 `mask` (the conventions of docs/conventions.md) and
+raises a clear error on a row whose mask is all zero.
 
 Aggregation over tokens is explicit and named, because it changes what is estimated:
 
@@ -23,6 +23,10 @@ import torch.nn.functional as F
 from . import validate
 from .kl import kl_k3
 from .ops import check_float, check_mask, masked_mean, masked_sum, token_logprobs, zero_padding
+
+__all__ = ["AGGREGATIONS", "aggregate", "policy_gradient_loss", "clipped_objective", "ppo_clip_loss", "grpo_loss",
+           "value_loss", "sft_loss", "bradley_terry_loss", "DPO_LOSS_TYPES", "dpo_loss", "simpo_loss",
+           "preference_accuracy", "gail_discriminator_loss"]
 
 AGGREGATIONS = ("sequence_sum", "sequence_mean", "token_mean", "constant")
 

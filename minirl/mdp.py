@@ -22,6 +22,8 @@ import torch
 from . import micro, validate
 from .ops import check_float
 
+__all__ = ["Episodes", "MicroMDP", "bias_and_variance"]
+
 
 @dataclass(frozen=True)
 class Episodes:

@@ -1,6 +1,7 @@
 """How much memory PPO, GRPO and DPO training take, by model size and precision.
 
-The models each algorithm keeps (seed 001/004):
+The models each algorithm keeps (as Hao Sun's slides "Reinforcement Learning in the Era of LLMs",
+Cambridge 2023, and Alex Xie's lecture "RL for LLMs: From Parrots to Agents", CMU 2025, list them):
 
     PPO    policy (trained), reference (frozen), critic (trained), reward model (frozen)
     GRPO   policy (trained), reference (frozen), reward model (frozen; none for verifiable rewards)
@@ -9,10 +10,11 @@ The models each algorithm keeps (seed 001/004):
 A trained model costs its weights, gradients, optimizer state and (mixed precision) fp32 master
 weights; a frozen one its weights only. Two ways to count bytes per parameter:
 
-    preset "seed"        every copy in 16-bit, Adam's two moments in 16-bit, gradients and fp32
-                         master weights left out: 6 bytes per trained parameter, 2 per frozen.
-                         It reproduces the seed's 8B figures, 8 x 16 GB = 128 GB for PPO and
-                         5 x 16 GB = 80 GB for GRPO with a reward model.
+    preset "seed"        the count in Alex Xie's lecture: every copy in 16-bit, Adam's two moments
+                         in 16-bit, gradients and fp32 master weights left out: 6 bytes per
+                         trained parameter, 2 per frozen. It reproduces the lecture's 8B figures,
+                         8 x 16 GB = 128 GB for PPO and 5 x 16 GB = 80 GB for GRPO with a reward
+                         model.
     preset "mixed_adam"  mixed-precision Adam as trainers run it: bf16 weights (2) and gradients
                          (2), fp32 master weights (4) and moments (4 + 4): 16 bytes per trained
                          parameter, 2 per frozen. An 8B policy alone is then 128 GB.
@@ -32,6 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import validate
+
+__all__ = ["Precision", "PRESETS", "MODELS", "Shape", "SHAPES", "kv_cache_bytes", "activation_bytes",
+           "training_memory", "zero_model_states"]
 
 GB = 1e9
 

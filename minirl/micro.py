@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import itertools
 
+__all__ = ["TOKENS", "EOS", "ACTIONS", "HORIZON", "PROMPTS", "STEP_REWARD", "GOAL", "GOAL_REWARD", "completions",
+           "step_rewards", "terminal_reward", "total_reward"]
+
 TOKENS = ("a", "b", "c")
 EOS = "<eos>"
 ACTIONS = TOKENS + (EOS,)

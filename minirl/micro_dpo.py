@@ -20,6 +20,9 @@ import torch
 
 from . import losses, validate
 
+__all__ = ["GRAPHS", "pair_graph", "bt_labels", "hard_pairs", "rlhf_optimum", "dpo_pair_loss", "ipo_pair_loss",
+           "step_size", "fit", "ipo_closed_form", "kl"]
+
 GRAPHS = ("all", "star", "split")
 
 

@@ -20,6 +20,8 @@ from .imitation import state_visitation
 from .irl import episode_distribution, per_prompt_mean
 from .mdp import MicroMDP
 
+__all__ = ["discriminator_loss", "optimal_logits", "kl", "train", "occupancy", "prefix_logits", "generator_step"]
+
 
 def discriminator_loss(mdp: MicroMDP, psi: torch.Tensor, expert: torch.Tensor, policy: torch.Tensor) -> torch.Tensor:
     """1/2 [E_{p_E}[-log D] + E_{p_pi}[-log(1 - D)]], mean over prompts. psi, expert, policy: (N,)."""

@@ -24,11 +24,22 @@ from . import validate
 from .paths import DataError, rebuild_command, verified_path
 from .tokenizer import load_tokenizer
 
+__all__ = ["GPTConfig", "KVCache", "GPT", "CHECKPOINTS", "save_checkpoint", "load_model", "checkpoint_card"]
 
+
+@validate.known_options
 @dataclass
 class GPTConfig:
+    """The GPT's shape; the defaults are the shipped base model's (1.26M parameters).
+
+    vocab_size  rows of the token embedding: the tokenizer's n_vocab (506: 504 BPE tokens, EOS, PAD)
+    n_ctx       the context window: the most positions a sequence (prompt + completion) may take
+    n_embd      width of the residual stream
+    n_layer     transformer blocks
+    n_head      attention heads per block (n_embd must be divisible by it)
+    """
     vocab_size: int = 506
-    n_ctx: int = 64  # context window (max positions)
+    n_ctx: int = 64
     n_embd: int = 128
     n_layer: int = 6
     n_head: int = 4

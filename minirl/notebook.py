@@ -15,6 +15,8 @@ import warnings
 import numpy as np
 import torch
 
+__all__ = ["progress_enabled", "in_jupyter", "progress", "require", "setup"]
+
 
 def progress_enabled() -> bool:
     return os.environ.get("MINIRL_PROGRESS", "1") != "0"
@@ -69,6 +71,18 @@ def bar_html(desc: str, done: int, total: int | None, seconds: float) -> str:
     count = f"{done}/{total}" if total else f"{done}"
     bar = f'<progress value="{done}" max="{total}" style="width: 16em"></progress> ' if total else ""
     return f"{bar}<code>{desc} {count}, {seconds:.0f} s so far{left}</code>"
+
+
+def require(*modules: str, lesson: str = "this lesson") -> None:
+    """Stop with one clear line, naming the command that installs them, when `modules` are missing
+    (lesson 11's transformers and TRL are not in the lessons' own install, `make course`)."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ModuleNotFoundError(f"{lesson} needs {' and '.join(missing)}, which `make course` leaves out (about 0.5 GB): "
+                                  "run `make trl` in the course folder (or `.venv/bin/pip install -c constraints.txt -e "
+                                  "\".[trl]\"`), then restart the kernel")
 
 
 def setup(seed: int = 0) -> None:

@@ -14,6 +14,9 @@ import torch
 
 from . import validate
 
+__all__ = ["check_mask", "check_float", "zero_padding", "masked_sum", "masked_mean", "sequence_logprob",
+           "masked_var", "masked_whiten", "token_logprobs", "entropy_from_logits"]
+
 
 def check_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """`mask` as x's dtype, after checking it has x's shape and holds only 0 and 1."""

@@ -25,6 +25,8 @@ import torch
 
 from . import best_of_n, validate
 
+__all__ = ["FORMS", "gao_gain", "basis", "fit_gao", "tilted", "support_curve", "turnover"]
+
 FORMS = ("bon", "rl")
 
 

@@ -13,6 +13,9 @@ import json
 import os
 from pathlib import Path
 
+__all__ = ["MANIFEST", "REBUILD_COMMANDS", "DataError", "data_dir", "rebuild_command", "sha256", "read_manifest",
+           "write_manifest", "verified_path"]
+
 MANIFEST = "MANIFEST.json"
 
 # Which command writes which files (matched by path prefix, first match wins).

@@ -37,11 +37,32 @@ from .tasks import RewardFn, Task, training_rewards
 from .tokenizer import load_tokenizer
 from .training import check_config, check_finite, check_inputs, frozen_reference, optimizer_step, training_batches
 
+__all__ = ["ESTIMATORS", "PGConfig", "estimate_advantages", "train_policy_gradient"]
+
 ESTIMATORS = ("total_return", "reward_to_go", "group_mean", "gae")
 
 
+@validate.known_options
 @dataclass
 class PGConfig:
+    """Settings of `train_policy_gradient`. Each step samples prompts_per_step x group_size
+    completions and takes one gradient step on them.
+
+    steps             training steps, each on a freshly sampled batch
+    prompts_per_step  training prompts drawn per step (at random, with replacement)
+    group_size        completions per prompt (at least 2 for estimator 'group_mean')
+    lr                the policy's AdamW learning rate (no weight decay)
+    estimator         the advantage, one of `ESTIMATORS`: 'total_return', 'reward_to_go',
+                      'group_mean' or 'gae' (an actor-critic; the module docstring has each formula)
+    gamma             discount per token (1: none; every episode ends within the length limit)
+    lam               GAE's lambda, for 'gae' only: 0 is the one-step TD error, 1 the return minus V
+    beta              KL coefficient: each token's reward becomes r_t - beta * (log pi - log pi_ref),
+                      pi_ref the frozen starting model (0: no penalty)
+    critic_lr         the critic's AdamW learning rate, for 'gae' only
+    max_grad_norm     the policy's gradients are clipped to this global norm (inf: no clipping);
+                      the critic's are not clipped
+    seed              seeds the prompt draws and the sampler's generator
+    """
     steps: int = 40
     prompts_per_step: int = 16
     group_size: int = 4
@@ -49,7 +70,7 @@ class PGConfig:
     estimator: str = "reward_to_go"
     gamma: float = 1.0
     lam: float = 0.95
-    beta: float = 0.0  # the KL coefficient (0: no penalty)
+    beta: float = 0.0
     critic_lr: float = 1e-3
     max_grad_norm: float = 1.0
     seed: int = 0

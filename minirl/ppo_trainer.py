@@ -43,9 +43,39 @@ from .tasks import RewardFn, Task, training_rewards
 from .tokenizer import load_tokenizer
 from .training import check_config, check_finite, check_inputs, frozen_reference, optimizer_step, training_batches
 
+__all__ = ["PPOConfig", "rlhf_rewards", "explained_variance", "PPO", "train_ppo"]
 
+
+@validate.known_options
 @dataclass
 class PPOConfig:
+    """Settings of `train_ppo`. Each step samples prompts_per_step x group_size completions, then
+    updates on them for `epochs` passes of `minibatches` minibatches.
+
+    steps             training steps, each on a freshly sampled batch
+    prompts_per_step  training prompts drawn per step (at random, with replacement)
+    group_size        completions per prompt
+    lr                the policy's AdamW learning rate (no weight decay)
+    critic_lr         the critic's AdamW learning rate
+    beta              KL coefficient: every token's reward is -beta * (log pi_old - log pi_ref), pi_ref
+                      the frozen starting model, with the score added at the last token
+    gamma             discount per token (1: none; every episode ends within the length limit)
+    lam               GAE's lambda: 0 is the one-step TD error, 1 the return minus V
+    epochs            passes over each batch (1 with minibatches=1: one policy-gradient step)
+    minibatches       shuffled minibatches per pass; at most the batch's completions
+    clip              clip the ratio (False: the plain importance-weighted surrogate)
+    clip_eps          the ratio's clip range [1 - clip_eps, 1 + clip_eps] (the PPO paper's 0.2)
+    target_kl         stop a batch's epochs once a minibatch's approximate KL(pi_old || pi) exceeds it
+                      (None: never stop early)
+    value_clip        PPO's value clipping: the value loss is the worse of the plain error and the
+                      error of the value held within value_clip of its collection-time value
+                      (None: off)
+    whiten            whiten the advantages over the batch's tokens (mean 0, variance 1)
+    max_grad_norm     the policy's and the critic's gradients are each clipped to this global norm
+                      (inf: no clipping)
+    seed              seeds the prompt draws and the sampler's generator; seed + 1 the minibatch
+                      shuffles
+    """
     steps: int = 40
     prompts_per_step: int = 16
     group_size: int = 4
@@ -58,7 +88,7 @@ class PPOConfig:
     minibatches: int = 4
     clip: bool = True
     clip_eps: float = 0.2
-    target_kl: float | None = None  # stop a batch's epochs once approx KL(old || new) on a minibatch exceeds it
+    target_kl: float | None = None
     value_clip: float | None = 0.2
     whiten: bool = True
     max_grad_norm: float = 1.0

@@ -24,6 +24,10 @@ import torch
 
 from . import validate
 
+__all__ = ["parse_ranking", "ranking_to_pairs", "win_counts", "expected_wins", "fit_bradley_terry", "elo",
+           "elo_expected", "elo_update", "online_elo", "pair_weights", "accuracy_ceiling", "expected_accuracy",
+           "reliability"]
+
 # ---------------------------------------------------------------- rankings
 def parse_ranking(text: str) -> list[list[str]]:
     """'B > C = D > A' -> [['B'], ['C', 'D'], ['A']]: tiers from best to worst, ties share a tier."""

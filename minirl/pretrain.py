@@ -27,6 +27,8 @@ from . import datasets, grammar, paths
 from .model import CHECKPOINTS, GPT, GPTConfig, save_checkpoint
 from .tokenizer import PAD, load_tokenizer
 
+__all__ = ["STEPS", "BATCH", "LR", "WARMUP", "WEIGHT_DECAY", "SEED", "learning_rate", "train", "save_base", "main"]
+
 STEPS = 4000
 BATCH = 128
 LR = 2e-3

@@ -1,5 +1,5 @@
-"""RAFT, reward-ranked fine-tuning (Dong et al., 2023; seed 001): best-of-N, then SFT on the
-winners, iterated.
+"""RAFT, reward-ranked fine-tuning (Dong et al., 2023; presented in Hao Sun's slides "Reinforcement
+Learning in the Era of LLMs", Cambridge 2023): best-of-N, then SFT on the winners, iterated.
 
 Each round:
 
@@ -32,13 +32,29 @@ from .tasks import RewardFn, Task, training_rewards
 from .tokenizer import PAD, load_tokenizer
 from .training import check_inputs
 
+__all__ = ["RAFTConfig", "winner_tokens", "train_raft"]
 
+
+@validate.known_options
 @dataclass
 class RAFTConfig:
+    """Settings of `train_raft`.
+
+    rounds             rounds of sample, select, fine-tune
+    prompts_per_round  training prompts drawn per round (at random, with replacement): the winners
+                       per round
+    n                  completions per prompt, the N of best-of-N
+    sft_steps          fine-tuning steps per round (8 x 32 = 256: one pass over the winners)
+    batch_size         winners per fine-tuning step
+    lr                 the fine-tuning's AdamW learning rate (a fresh optimizer each round, no weight
+                       decay, gradients clipped to norm 1 as `SFTConfig`'s default)
+    seed               seeds the prompt draws and the sampler's generator; seed + round each
+                       round's batch order
+    """
     rounds: int = 6
-    prompts_per_round: int = 256  # winners per round
-    n: int = 8  # completions per prompt, the N of best-of-N
-    sft_steps: int = 8  # fine-tuning steps per round: one pass over the winners in batches of 32
+    prompts_per_round: int = 256
+    n: int = 8
+    sft_steps: int = 8
     batch_size: int = 32
     lr: float = 1e-4
     seed: int = 0

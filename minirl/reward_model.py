@@ -11,8 +11,9 @@ attention nothing after a token changes its hidden state, so the padding needs n
 
 Training minimizes the Bradley-Terry loss on (chosen, rejected) pairs, optionally plus the
 imitation loss of Askell et al. (2021): the language-model loss of the same trunk on the chosen
-completions (seed 001's `lambda L_R + beta L_IL`; here L_R + imitation_coef * L_IL). The head
-starts at zero, so the first loss is exactly log 2.
+completions (`lambda L_R + beta L_IL` in Hao Sun's slides "Reinforcement Learning in the Era of
+LLMs", Cambridge 2023; here L_R + imitation_coef * L_IL). The head starts at zero, so the first
+loss is exactly log 2.
 
 A reward is identified only up to a constant per prompt (Bradley-Terry sees differences), so the
 shipped models are normalized: mean 0 and standard deviation 1 over samples of the base model
@@ -25,6 +26,7 @@ import copy
 import json
 import math
 import random
+import warnings
 from dataclasses import asdict, dataclass
 
 import torch
@@ -35,6 +37,13 @@ from .model import GPT, GPTConfig, load_model
 from .notebook import progress
 from .sampling import sample
 from .tokenizer import PAD, load_tokenizer
+
+__all__ = ["RewardModel", "last_token_index", "sequence_ids", "check_leading_space", "right_pad", "response_mask",
+           "from_base", "score_ids", "score_texts", "as_reward_fn", "RMConfig", "pair_tokens", "batches",
+           "pair_step_loss", "score_step_loss", "fit", "train_reward_model", "train_on_scores", "normalize",
+           "pair_metrics", "valid_order_table", "order_report", "CORRUPTIONS", "off_support_orders", "subset",
+           "REWARD_MODELS", "SHIPPED", "checkpoint_path", "save_reward_model", "load_reward_model",
+           "reward_model_card"]
 
 
 class RewardModel(nn.Module):
@@ -90,6 +99,19 @@ def sequence_ids(enc, prompt: str, completion: str, ended: bool = True) -> tuple
     EOS when the completion ended (not when it was cut at the length limit)."""
     p = enc.encode_ordinary(prompt)
     return p + enc.encode_ordinary(completion) + ([enc.eot_token] if ended else []), len(p)
+
+
+def check_leading_space(responses: list[str], what: str = "responses") -> None:
+    """Warn, once for the lot, when non-empty responses do not start with a space. The tiny world
+    puts the space between prompt and response at the start of the response (prompt 'q: 17+25= a:',
+    response ' 42'), and its tokens carry that space (' 4' is not '4'): a response without it reads
+    'a:42', which no grammar accepts, and is scored as text the models never saw, silently."""
+    bare = [r for r in responses if r and not r.startswith(" ")]
+    if bare:
+        warnings.warn(f"{len(bare)} of {len(responses)} {what} do not start with a space (the first: {bare[0]!r}). "
+                      "The course's responses begin with the space that follows the prompt (prompt 'q: 17+25= a:', "
+                      "response ' 42'); without it they are scored as invalid text. Add it: ' ' + response (and "
+                      "take it off the end of the prompt, if it is there).", stacklevel=3)
 
 
 def right_pad(seqs: list[list[int]], pad: int, device=None) -> torch.Tensor:
@@ -165,13 +187,25 @@ def as_reward_fn(rm: RewardModel, tokenizer=None, normalized: bool = True):
 
 
 # ---------------------------------------------------------------- training
+@validate.known_options
 @dataclass
 class RMConfig:
+    """Settings of `train_reward_model`, `train_on_scores` and `fit` (AdamW, gradients clipped to
+    global norm 1).
+
+    steps           optimizer steps
+    batch_size      preference pairs (or scored items) per step
+    lr              AdamW's learning rate
+    weight_decay    AdamW's weight decay
+    imitation_coef  weight of the language-model loss on the chosen completions, added to the
+                    Bradley-Terry loss (Askell et al., 2021; 0: off)
+    seed            seeds torch's global generator and the order of the pairs
+    """
     steps: int = 300
-    batch_size: int = 32  # pairs per step
+    batch_size: int = 32
     lr: float = 3e-4
     weight_decay: float = 0.0
-    imitation_coef: float = 0.0  # weight of the language-model loss on chosen completions (0: off)
+    imitation_coef: float = 0.0
     seed: int = 0
 
 
@@ -266,8 +300,10 @@ def train_reward_model(pairs: list[dict], config: RMConfig = RMConfig(), base: G
     """A reward model trained on preference pairs from the base model's trunk; (model, history).
     History rows: step, loss (Bradley-Terry), accuracy on the batch, imitation_loss when on."""
     enc = tokenizer or load_tokenizer()
+    items = pair_tokens(pairs, enc)
+    check_leading_space([r[side] for r in pairs for side in ("chosen", "rejected")], "chosen and rejected responses")
     rm = from_base(base, enc)
-    history = fit(rm, pair_tokens(pairs, enc), pair_step_loss, config, "reward model")
+    history = fit(rm, items, pair_step_loss, config, "reward model")
     return rm.eval(), history
 
 
@@ -277,6 +313,7 @@ def train_on_scores(records: list[dict], config: RMConfig = RMConfig(), base: GP
     enc = tokenizer or load_tokenizer()
     rm = from_base(base, enc)
     items = [(*sequence_ids(enc, r["prompt"], r["completion"]), float(r["score"])) for r in records]
+    check_leading_space([r["completion"] for r in records], "completions")
     history = fit(rm, items, score_step_loss, config, "score regression")
     return rm.eval(), history
 
@@ -301,6 +338,7 @@ def pair_metrics(rm: RewardModel, pairs: list[dict], tokenizer=None) -> dict[str
     predicted P(chosen preferred) per pair (for a reliability diagram)."""
     enc = tokenizer or load_tokenizer()
     toks = pair_tokens(pairs, enc)
+    check_leading_space([r[side] for r in pairs for side in ("chosen", "rejected")], "chosen and rejected responses")
     r_c, r_r = score_ids(rm, [t[0] for t in toks]), score_ids(rm, [t[2] for t in toks])
     agree = (r_c > r_r).double() + 0.5 * (r_c == r_r).double()
     return {"accuracy": agree.mean().item(), "loss": losses.bradley_terry_loss(r_c, r_r).item(),

@@ -22,6 +22,12 @@ import re
 
 from . import grammar, validate
 
+__all__ = ["pairs", "LEXICON", "sentiment", "is_repetitive", "review_proxy_reward", "review_gold_reward",
+           "review_token_rewards", "arithmetic_reward", "DRINK_UTILITY", "SIZE_UTILITY", "MILK_UTILITY",
+           "POLITE_UTILITY", "GREETING_UTILITY", "LENGTH_PENALTY", "FREE_WORDS", "INVALID_ORDER_UTILITY",
+           "order_utility", "order_gold_reward", "preference_probability", "ACTIVITY_REWARD", "PAIR_REWARD",
+           "REPEAT_PENALTY", "INVALID_PLAN_REWARD", "plan_reward", "plan_true_reward", "REWARD_FUNCTIONS"]
+
 
 # ---------------------------------------------------------------- the arguments every reward function takes
 def pairs(prompts: list[str], completions: list[str]) -> list[tuple[str, str]]:
@@ -110,8 +116,9 @@ def arithmetic_reward(prompts: list[str], completions: list[str], **kwargs) -> l
 
 
 # ---------------------------------------------------------------- orders
-# The hidden annotator (seed 004): loves matcha, lukewarm about coffee, likes politeness and oat
-# milk, and dislikes long orders. Students may read this; the lessons treat it as unknown.
+# The hidden annotator (after the example in Alex Xie's lecture "RL for LLMs: From Parrots to
+# Agents", CMU 2025): loves matcha, lukewarm about coffee, likes politeness and oat milk, and
+# dislikes long orders. Students may read this; the lessons treat it as unknown.
 DRINK_UTILITY = {
     "matcha latte": 2.0, "green tea": 1.2, "hot chocolate": 0.8, "cappuccino": 0.5,
     "black tea": 0.4, "coffee": 0.1, "espresso": -0.3,

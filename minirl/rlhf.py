@@ -9,9 +9,10 @@ prompt 'order:' at temperature 1 (`policy_report`):
                 sum_t (log pi(a_t|s_t) - log pi_ref(a_t|s_t)), an unbiased estimate of the
                 sequence-level KL(pi || pi_ref); `kl_se` is its standard error
     proxy       the reward model's normalized score, when one is given
-    length, repetition, truncated   what PPO-max (seed 001) watches for hacking: tokens per
-                completion, the share of completions repeating a word (no valid order does),
-                and the share cut at the length limit
+    length, repetition, truncated   what PPO-max (Zheng et al., 2023, as presented in Hao Sun's
+                slides "Reinforcement Learning in the Era of LLMs") watches for hacking: tokens
+                per completion, the share of completions repeating a word (no valid order
+                does), and the share cut at the length limit
 
 `win_rate` compares two policies under the gold Bradley-Terry model, exactly over their samples;
 `gold_pairs` labels a policy's own samples with that model (iterated RLHF's fresh preference data).
@@ -32,9 +33,12 @@ from .model import GPT
 from .ops import masked_sum
 from .reward_model import fit, normalize, pair_step_loss, pair_tokens, sequence_ids
 from .sampling import Rollout, completion_logprobs, sample
-from .sft import sequence_logprobs
+from .sft import tokenized_logprobs
 from .tasks import RewardFn, reward_scores
 from .tokenizer import PAD, load_tokenizer
+
+__all__ = ["PROMPT", "MAX_NEW_TOKENS", "order_samples", "sequence_kl", "repeats_a_word", "policy_report",
+           "win_rate", "gold_pairs", "valid_order_distribution", "refit_on_own_samples"]
 
 PROMPT = "order:"
 MAX_NEW_TOKENS = grammar.MAX_NEW_TOKENS["orders"]
@@ -122,7 +126,7 @@ def valid_order_distribution(policy: GPT, tokenizer=None, batch_size: int = 512)
     texts, _ = world.order_distribution()
     items = [sequence_ids(enc, PROMPT, t[len(PROMPT):]) for t in texts]
     pad = enc.encode_single_token(PAD)
-    logp = torch.cat([sequence_logprobs(policy, items[i:i + batch_size], pad).double().cpu()
+    logp = torch.cat([tokenized_logprobs(policy, items[i:i + batch_size], pad).double().cpu()
                       for i in range(0, len(items), batch_size)])
     probs = logp.exp()
     return texts, probs / probs.sum(), probs.sum().item()
@@ -130,11 +134,12 @@ def valid_order_distribution(policy: GPT, tokenizer=None, batch_size: int = 512)
 
 def refit_on_own_samples(rm, policy: GPT, pool: list[dict], base: GPT, reference: GPT, n_pairs: int, seed: int, config,
                          samples: int = 512, tokenizer=None) -> list[dict]:
-    """One turn of iterated RLHF (seed 000's repeated loop): sample the policy and the `reference`
-    (the SFT model), label `n_pairs` pairs, each a policy sample against a reference sample, with
-    the gold Bradley-Terry model (`gold_pairs`), add them to `pool` (in place), fine-tune the reward
-    model `rm` on the whole pool (`minirl.reward_model.fit`, `config` an RMConfig), and renormalize
-    it on the base model's samples so its units stay the same. Returns the fresh pairs.
+    """One turn of iterated RLHF (the repeated loop of the lecture notes "RL with Sequences and
+    LLMs"): sample the policy and the `reference` (the SFT model), label `n_pairs` pairs, each a
+    policy sample against a reference sample, with the gold Bradley-Terry model (`gold_pairs`), add
+    them to `pool` (in place), fine-tune the reward model `rm` on the whole pool
+    (`minirl.reward_model.fit`, `config` an RMConfig), and renormalize it on the base model's
+    samples so its units stay the same. Returns the fresh pairs.
 
     Why against the reference: once a policy writes only invalid text, pairs of its own samples
     compare two texts of utility -2, coin flips that say nothing about validity; set beside the

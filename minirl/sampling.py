@@ -24,6 +24,9 @@ from . import validate
 from .model import GPT, KVCache
 from .tokenizer import PAD, load_tokenizer
 
+__all__ = ["Rollout", "positions_from_mask", "left_pad", "sampling_logprobs", "inverse_cdf_sample", "sample_tokens",
+           "completion_mask", "sample", "completion_hidden", "completion_logits", "completion_logprobs"]
+
 
 @dataclass
 class Rollout:

@@ -26,15 +26,28 @@ from . import datasets, losses, paths, validate
 from .model import CHECKPOINTS, GPT, load_model, save_checkpoint
 from .notebook import progress
 from .ops import sequence_logprob, token_logprobs
-from .reward_model import batches, response_mask, right_pad, sequence_ids
+from .reward_model import batches, check_leading_space, response_mask, right_pad, sequence_ids
 from .tokenizer import PAD, load_tokenizer
 from .training import check_finite, optimizer_step
 
+__all__ = ["SFTConfig", "chosen_demos", "demo_tokens", "response_batch", "sft_loss_on", "tokenized_logprobs",
+           "sequence_logprobs", "train_sft", "fit", "heldout_loss", "build", "main"]
 
+
+@validate.known_options
 @dataclass
 class SFTConfig:
+    """Settings of `train_sft` and `fit`.
+
+    steps          optimizer steps
+    batch_size     demonstrations per step
+    lr             AdamW's learning rate (no weight decay)
+    max_grad_norm  gradients are clipped to this global norm (inf: no clipping)
+    seed           seeds the order of the demonstrations (reshuffled each epoch); torch's global
+                   generator is left alone
+    """
     steps: int = 300
-    batch_size: int = 32  # demonstrations per step
+    batch_size: int = 32
     lr: float = 1e-4
     max_grad_norm: float = 1.0
     seed: int = 0
@@ -78,13 +91,37 @@ def sft_loss_on(model: GPT, items: list[tuple[list[int], int]], pad: int) -> tor
     return losses.sft_loss(model(ids[:, :-1]), ids[:, 1:], mask)
 
 
-def sequence_logprobs(model: GPT, items: list[tuple[list[int], int]], pad: int, average: bool = False) -> torch.Tensor:
-    """(B,) log pi(completion + EOS | prompt) of tokenized demos: the sum of their response tokens'
-    log-probs (with gradient, if enabled), or with `average` their per-token mean."""
+def tokenized_logprobs(model: GPT, items: list[tuple[list[int], int]], pad: int, average: bool = False) -> torch.Tensor:
+    """(B,) log pi(completion + EOS | prompt) of tokenized demos (ids, prompt length): the sum of
+    their response tokens' log-probs (with gradient, if enabled), or with `average` their per-token
+    mean. `sequence_logprobs` is the same on text."""
     ids, mask = response_batch(items, pad, next(model.parameters()).device)
     logits = model(ids[:, :-1])  # (B, T-1, V)
     logits = torch.where(mask.bool()[..., None], logits, torch.zeros_like(logits))  # padding never reaches the sum
     return sequence_logprob(token_logprobs(logits, ids[:, 1:]), mask, average)
+
+
+def sequence_logprobs(model: GPT, pairs: list[tuple[str, str]], tokenizer=None, average: bool = False) -> torch.Tensor:
+    """(N,) log pi(response + EOS | prompt) of text pairs [(prompt, response), ...] under `model`.
+
+    EOS is appended to every response, which is thus scored as a finished one (as DPO and the reward
+    model score their pairs); the result is the sum of the log-probs of the response's tokens and
+    that EOS, or with `average` their per-token mean. Prompt and response are encoded apart, as the
+    sampler sees them, so the response keeps the space that follows the prompt: ('q: 17+25= a:',
+    ' 42'); responses without it are scored, with a warning. The pairs go in one batch, right-padded
+    with the tokenizer's <|pad|> token; padding is masked out, so it never reaches the result. With
+    gradient unless called under torch.no_grad(); float32, on the model's device.
+    """
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a minirl GPT, e.g. minirl.load_model('sft'); got {type(model).__name__}")
+    if isinstance(pairs, tuple) or not pairs or not all(
+            isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(t, str) for t in p) for p in pairs):
+        raise ValueError("pairs must be a non-empty list of (prompt, response) string pairs, e.g. "
+                         "[('q: 17+25= a:', ' 42')]")
+    check_leading_space([response for _, response in pairs])
+    enc = tokenizer or load_tokenizer()
+    items = [sequence_ids(enc, prompt, response) for prompt, response in pairs]
+    return tokenized_logprobs(model, items, enc.encode_single_token(PAD), average)
 
 
 def train_sft(policy: GPT, demos: list[dict], config: SFTConfig = SFTConfig(), tokenizer=None,
@@ -92,7 +129,9 @@ def train_sft(policy: GPT, demos: list[dict], config: SFTConfig = SFTConfig(), t
     """Fine-tune `policy` in place on demonstrations {'prompt', 'completion'} (each tokenized as
     prompt + completion + EOS). Returns one {'step', 'loss'} per step."""
     enc = tokenizer or load_tokenizer()
-    return fit(policy, demo_tokens(demos, enc), config, enc.encode_single_token(PAD), desc)
+    items = demo_tokens(demos, enc)
+    check_leading_space([d["completion"] for d in demos], "completions")
+    return fit(policy, items, config, enc.encode_single_token(PAD), desc)
 
 
 def fit(policy: GPT, items: list[tuple[list[int], int]], config: SFTConfig, pad: int, desc: str = "SFT") -> list[dict]:
@@ -121,6 +160,7 @@ def heldout_loss(model: GPT, demos: list[dict], tokenizer=None, batch_size: int 
     """Mean response-token NLL over demonstrations (per token, every demo weighted by its length)."""
     enc = tokenizer or load_tokenizer()
     items, pad = demo_tokens(demos, enc), enc.encode_single_token(PAD)
+    check_leading_space([d["completion"] for d in demos], "completions")
     total = count = 0.0
     for i in range(0, len(items), batch_size):
         chunk = items[i:i + batch_size]

@@ -1,11 +1,16 @@
-"""The course as a static site: every stored lesson as an HTML page, and an index.
+"""The course as a static site: every stored lesson as an HTML page, the guides in docs/, an index.
 
-    python -m minirl.site [--out site/]
+    python -m minirl.site [--out site/]              # the solved lessons (instructors, readers)
+    python -m minirl.site --student [--out site/]    # student-safe: solutions and hunt answers left out
 
 Each lesson `lessons/NN_name.ipynb` becomes `NN_name.html` with its stored outputs (nothing is
 re-executed; plots are inline PNGs), links to the previous and next lesson and to the index at
-top and bottom, and its links to other lessons pointing at their pages. `index.html` is the
-README's title, opening paragraph and lesson table, read at build time. The folder needs no
+top and bottom, and its links to other lessons pointing at their pages. Each guide `docs/x.md`
+becomes `x.html`. `index.html` is the README's title, opening paragraph and lesson table, read at
+build time, and a list of the guides. The student-safe site shows each lesson as a student's copy
+would look after a first run (`minirl.course.student_version` with outputs: solutions stubbed,
+hunt-the-bug answers left out, each checker's line the FAIL of an unfinished exercise), with
+every figure of the solved run. The folder needs no
 network: copy it to any web server or open it from disk (file://).
 
 nbconvert's lab template loads require.js, the widget manager, Mermaid and MathJax from CDNs;
@@ -29,10 +34,14 @@ import jinja2
 import nbformat
 from nbconvert import HTMLExporter
 
+__all__ = ["lesson_paths", "page_name", "lesson_title", "link_lessons", "index_markdown", "doc_paths", "build"]
+
 ROOT = Path(__file__).resolve().parent.parent
-LESSONS, README = ROOT / "lessons", ROOT / "README.md"
+LESSONS, README, DOCS = ROOT / "lessons", ROOT / "README.md", ROOT / "docs"
 MATHJAX_URL = "mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
-LESSON_HREF = re.compile(r'href="(?:\./)?(?:lessons/)?(\d\d_[^"/#]+)\.ipynb(#[^"]*)?"')
+LESSON_HREF = re.compile(r'href="(?:\./|\.\./)?(?:lessons/)?(\d\d_[^"/#]+)\.ipynb(#[^"]*)?"')
+DOC_HREF = re.compile(r'href="(?:\./)?(?:docs/)?([a-z_-]+)\.md(#[^"]*)?"')
+README_HREF = re.compile(r'href="(?:\.\./)?README\.md(#[^"]*)?"')
 
 TEMPLATE = r"""{%- extends 'lab/index.html.j2' -%}
 {% block html_head_js_requirejs %}{% endblock html_head_js_requirejs %}
@@ -87,8 +96,11 @@ def lesson_title(nb: nbformat.NotebookNode, lesson: Path) -> str:
 
 
 def link_lessons(html: str) -> str:
-    """Point every link to a lesson notebook (`NN_x.ipynb`, `lessons/NN_x.ipynb`) at its page."""
-    return LESSON_HREF.sub(lambda m: f'href="{m.group(1)}.html{m.group(2) or ""}"', html)
+    """Point every link to a lesson notebook (`NN_x.ipynb`, `lessons/NN_x.ipynb`), a guide
+    (`docs/x.md`) or the README at its page."""
+    html = LESSON_HREF.sub(lambda m: f'href="{m.group(1)}.html{m.group(2) or ""}"', html)
+    html = DOC_HREF.sub(lambda m: f'href="{m.group(1)}.html{m.group(2) or ""}"', html)
+    return README_HREF.sub('href="index.html"', html)
 
 
 def site_exporter() -> HTMLExporter:
@@ -122,10 +134,29 @@ def index_markdown(readme: str) -> str:
     return f"{title}\n\n{opening}\n\n## Lessons\n\n{table.group(0)}\n"
 
 
-def index_page(exporter: HTMLExporter, readme: str) -> str:
-    """index.html: the README's lesson table (see index_markdown) as a one-cell notebook's page."""
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(index_markdown(readme))])
+def doc_paths() -> list[Path]:
+    return sorted(DOCS.glob("*.md"))
+
+
+def doc_title(text: str, path: Path) -> str:
+    return text.partition("\n")[0].removeprefix("# ").strip() if text.startswith("# ") else path.stem
+
+
+def index_page(exporter: HTMLExporter, readme: str, student: bool = False) -> str:
+    """index.html: the README's lesson table (see index_markdown) and the guides, as a one-cell notebook's page."""
+    guides = "\n".join(f"- [{doc_title(p.read_text(encoding='utf-8'), p)}]({p.stem}.html)" for p in doc_paths())
+    which = ("These are the exercise versions: solutions and hunt-the-bug answers are left out; the figures are "
+             "those of the solved run." if student else "")
+    text = f"{index_markdown(readme)}\n{which}\n\n## Guides\n\n{guides}\n"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
     return render(exporter, nb, readme.partition("\n")[0].removeprefix("# "), [])
+
+
+def doc_page(exporter: HTMLExporter, path: Path) -> str:
+    """A guide from docs/ as a one-cell notebook's page, linked back to the index."""
+    text = path.read_text(encoding="utf-8")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
+    return render(exporter, nb, doc_title(text, path), [("index", "index.html", "all lessons")])
 
 
 def write(out: Path, name: str, page: Callable[[], str]) -> None:
@@ -144,28 +175,37 @@ def copy_mathjax(out: Path) -> None:
     shutil.copytree(static, out / "mathjax", dirs_exist_ok=True)
 
 
-def build(out: Path) -> float:
-    """Write every lesson's page, the index and MathJax into out; print a line per page; return seconds."""
+def build(out: Path, student: bool = False) -> float:
+    """Write every lesson's page (student-safe with `student`), the guides, the index and MathJax
+    into out; print a line per page; return seconds."""
+    from minirl.course import student_version
+
     start = time.time()
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("[0-9][0-9]_*.html"):  # pages of lessons renamed or removed since the last build
+    for stale in out.glob("*.html"):  # pages of lessons or guides renamed or removed since the last build
         stale.unlink()
     copy_mathjax(out)
     notebooks = {lesson: nbformat.read(lesson, as_version=4) for lesson in lesson_paths()}
+    if student:
+        notebooks = {lesson: student_version(nb, with_outputs=True) for lesson, nb in notebooks.items()}
     titles = {lesson: lesson_title(nb, lesson) for lesson, nb in notebooks.items()}
     exporter = site_exporter()
     for lesson, nb in notebooks.items():
         write(out, page_name(lesson), partial(render, exporter, nb, titles[lesson], lesson_nav(titles, lesson)))
-    write(out, "index.html", partial(index_page, exporter, README.read_text(encoding="utf-8")))
+    for doc in doc_paths():
+        write(out, doc.stem + ".html", partial(doc_page, exporter, doc))
+    write(out, "index.html", partial(index_page, exporter, README.read_text(encoding="utf-8"), student))
     seconds = time.time() - start
-    print(f"built {len(notebooks) + 1} pages in {out} in {seconds:.1f} s")
+    print(f"built {len(notebooks) + len(doc_paths()) + 1} pages in {out} in {seconds:.1f} s")
     return seconds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Build the course as a static site (no network needed to view it).")
-    parser.add_argument("--out", default=str(ROOT / "site"), help="folder to write (default: site/ beside lessons/)")
-    build(Path(parser.parse_args().out))
+    parser.add_argument("--out", help="folder to write (default: site/ beside lessons/, or site/student/ with --student)")
+    parser.add_argument("--student", action="store_true", help="the student-safe site: no solutions, no hunt answers")
+    args = parser.parse_args()
+    build(Path(args.out or ROOT / "site" / ("student" if args.student else "")), args.student)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ import torch
 from . import datasets, grammar, rewards, validate
 from .sampling import Rollout
 
+__all__ = ["RewardFn", "Task", "last_token_rewards", "REVIEW_STARTS", "reviews_task", "arithmetic_task",
+           "orders_task", "plans_task", "reward_scores", "training_rewards"]
+
 RewardFn = Callable[..., list]
 
 
@@ -62,7 +65,8 @@ REVIEW_STARTS = ("negative", "positive")
 
 
 def reviews_task(start: str = "negative") -> Task:
-    """Make the review positive, however it starts (seed 003). Proxy: the lexicon, per token.
+    """Make the review positive, however it starts (the task in Prithviraj Ammanabrolu's slides
+    "RL for Language (Agents)"). Proxy: the lexicon, per token.
     start: the prompt set, reviews whose first clause is 'negative' or 'positive'."""
     validate.choice("prompt set (start)", start, REVIEW_STARTS)
 
@@ -87,8 +91,9 @@ def arithmetic_task() -> Task:
 
 
 def orders_task() -> Task:
-    """The hidden annotator's utility of the whole order (seed 004's matcha lover), at the last
-    token: the gold reward that lessons 07-09 learn from preferences instead."""
+    """The hidden annotator's utility of the whole order (the matcha lover, after Alex Xie's lecture
+    "RL for LLMs: From Parrots to Agents"), at the last token: the gold reward that lessons 07-09
+    learn from preferences instead."""
     def token_rewards(rollout: Rollout, enc) -> torch.Tensor:
         return last_token_rewards(rollout, rewards.order_gold_reward(rollout.prompts, rollout.texts))
 

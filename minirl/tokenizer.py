@@ -25,6 +25,9 @@ import tiktoken
 
 from .paths import data_dir, verified_path
 
+__all__ = ["FILE", "SPLIT_PATTERN", "EOS", "PAD", "SPECIAL_TOKENS", "VOCAB_SIZE", "train_bpe", "merge_pair",
+           "save_tokenizer", "build_encoding", "load_tokenizer", "load_ranks"]
+
 FILE = "tokenizer.json"
 SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 EOS = "<|endoftext|>"  # ends every document and every completion (tiktoken's eot_token)

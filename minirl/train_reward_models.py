@@ -22,6 +22,8 @@ from .model import load_model
 from .reward_model import (REWARD_MODELS, SHIPPED, RMConfig, checkpoint_path, normalize, order_report, pair_metrics,
                            save_reward_model, subset, train_reward_model)
 
+__all__ = ["build", "main"]
+
 
 def build(name: str) -> dict:
     """Train, normalize, measure and save one shipped reward model; returns its card."""

@@ -17,6 +17,8 @@ from .notebook import progress
 from .sampling import Rollout, sample
 from .tasks import Task
 
+__all__ = ["check_inputs", "check_config", "training_batches", "frozen_reference", "check_finite", "optimizer_step"]
+
 
 def check_inputs(policy, task, config, config_type: type) -> None:
     """A trainer's arguments are what it expects: a minirl GPT, a Task and its own config class."""

@@ -1,14 +1,63 @@
 """Argument checks for the public entry points: each raises a clear error that names the argument,
 what was wrong with it and what to pass instead, before torch meets the value deep inside a call.
 
+Every config class (`GRPOConfig`, `DPOConfig`, ...) goes through `known_options`, so a misspelt or
+foreign option name (TRL's `learning_rate`) fails with the option meant and the list of options,
+where Python would say only "unexpected keyword argument".
+
 Tensor checks (shapes, masks, dtypes) live with the tensor functions in `minirl.ops`.
 """
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import functools
 import math
 import operator
 
 import torch
+
+__all__ = ["TRL_NAMES", "known_options", "unknown_option", "integer", "number", "choice", "token_ids",
+           "resolve_device", "generator_type", "generator_for"]
+
+# TRL's names for options minirl spells otherwise (its trainers' configs, and the PPOConfig of earlier
+# TRL releases); a config suggests the right-hand name only where it has that field
+TRL_NAMES = {
+    "learning_rate": "lr", "max_steps": "steps", "per_device_train_batch_size": "batch_size",
+    "num_generations": "group_size", "epsilon": "clip_eps", "num_iterations": "inner_steps",
+    "lr_scheduler_type": "lr_schedule", "kl_coef": "beta", "cliprange": "clip_eps", "cliprange_value": "value_clip",
+    "num_ppo_epochs": "epochs", "num_mini_batches": "minibatches",
+}
+
+
+def unknown_option(config: str, name: str, options: list[str]) -> str:
+    """The message for option `name` that config class `config` lacks: the option TRL's name stands
+    for, or else the nearest of `options` by spelling (case aside), then all of them."""
+    if TRL_NAMES.get(name) in options:
+        hint = f"; did you mean {TRL_NAMES[name]!r}? (TRL's {name!r} is minirl's {TRL_NAMES[name]!r})."
+    else:
+        lowered = {o.lower(): o for o in options}
+        near = difflib.get_close_matches(name.lower(), list(lowered), n=1)
+        hint = f"; did you mean {lowered[near[0]]!r}?" if near else "."
+    return f"{config} has no option {name!r}{hint} Its options: {', '.join(options)}"
+
+
+def known_options(cls: type) -> type:
+    """Class decorator, above @dataclass: the class refuses a keyword it has no field for with a
+    TypeError naming the nearest option (`unknown_option`). Positional arguments,
+    `dataclasses.replace`, frozen or not, and the signature `help` shows stay the dataclass's own."""
+    init = cls.__init__
+    options = [f.name for f in dataclasses.fields(cls) if f.init]
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        for name in kwargs:
+            if name not in options:
+                raise TypeError(unknown_option(cls.__name__, name, options))
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
 
 
 def integer(name: str, value, minimum: int = 1) -> int:

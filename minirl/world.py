@@ -27,6 +27,11 @@ from pathlib import Path
 
 from . import grammar, rewards
 
+__all__ = ["SEED", "CORPUS_SIZES", "ARITHMETIC_P_CORRECT", "ARITHMETIC_ERRORS", "N_HELDOUT_PAIRS",
+           "N_TRAIN_ARITHMETIC_PROMPTS", "N_PREFERENCE_PAIRS", "N_DEMOS", "N_SCORED_ORDERS", "N_SCORE_ANNOTATORS",
+           "SCORE_OFFSET_SD", "SCORE_LOG_SCALE_SD", "SCORE_NOISE_SD", "TEST_FRACTION", "MOODS", "MOOD_WEIGHTS",
+           "order_distribution", "expert_plan_distribution", "build_world", "main"]
+
 SEED = 1234
 CORPUS_SIZES = {"reviews": 40_000, "arithmetic": 80_000, "orders": 20_000, "plans": 20_000}
 ARITHMETIC_P_CORRECT = 0.4  # the corpus is right 40% of the time ...

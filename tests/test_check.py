@@ -1,5 +1,10 @@
 """The exercise checkers: PASS on a right answer, FAIL (never an exception) on a wrong one."""
+import copy
+import functools
+import inspect
+import itertools
 import math
+import re
 
 import torch
 
@@ -11,13 +16,19 @@ def not_done(*args):
     raise NotImplementedError("exercise: write your solution here")
 
 
+def own(fn):
+    """A student's function that calls fn: minirl's own fn handed in directly prints FAIL (see
+    test_the_package_function_handed_in_is_not_a_pass)."""
+    return lambda *args: fn(*args)
+
+
 def verdict(capsys, checker, fn) -> str:
     checker(fn)
     return capsys.readouterr().out
 
 
 def test_pass_at_k_checker(capsys):
-    assert verdict(capsys, check.pass_at_k, pass_at_k).startswith("PASS pass_at_k: 8 cases")
+    assert verdict(capsys, check.pass_at_k, own(pass_at_k)).startswith("PASS pass_at_k: 8 cases")
     biased = verdict(capsys, check.pass_at_k, lambda n, c, k: 1 - (1 - c / n) ** k)
     assert biased.startswith("FAIL pass_at_k") and "largest difference" in biased
     assert "not implemented yet" in verdict(capsys, check.pass_at_k, not_done)
@@ -28,11 +39,11 @@ def test_a_pass_prints_the_tolerance_not_the_rounding_noise(capsys):
     not the difference (1e-16 here, 2e-16 on another processor)."""
     lines = {verdict(capsys, check.pass_at_k, lambda n, c, k, eps=eps: pass_at_k(n, c, k) + eps) for eps in (0.0, 1e-16, 3e-9)}
     assert lines == {"PASS pass_at_k: 8 cases, each within 1e-06 of the reference\n"}
-    assert verdict(capsys, check.select_best, best_of_n.select_best).endswith("each equal to the reference\n")
+    assert verdict(capsys, check.select_best, own(best_of_n.select_best)).endswith("each equal to the reference\n")
 
 
 def test_masked_mean_checker(capsys):
-    assert verdict(capsys, check.masked_mean, ops.masked_mean).startswith("PASS masked_mean")
+    assert verdict(capsys, check.masked_mean, own(ops.masked_mean)).startswith("PASS masked_mean")
     unmasked = lambda x, m, dim=None: (x * m).mean() if dim is None else (x * m).mean(dim)  # noqa: E731
     hides_empty_rows = lambda x, m, dim=None: torch.nan_to_num(ops.masked_mean(x, m, dim))  # noqa: E731
     assert verdict(capsys, check.masked_mean, unmasked).startswith("FAIL masked_mean")
@@ -50,7 +61,7 @@ def test_max_difference_treats_matching_nans_as_equal():
 
 def test_lesson_05_06_checkers(capsys):
     from minirl import advantages, kl, losses
-    assert verdict(capsys, check.clipped_objective, losses.clipped_objective).startswith("PASS clipped_objective: 7 cases")
+    assert verdict(capsys, check.clipped_objective, own(losses.clipped_objective)).startswith("PASS clipped_objective: 7 cases")
     clip_on_advantage = lambda r, a, eps: torch.minimum(r * a, r * a.clamp(1 - eps, 1 + eps))  # noqa: E731
     assert verdict(capsys, check.clipped_objective, clip_on_advantage).startswith("FAIL clipped_objective")
     assert verdict(capsys, check.group_advantages,
@@ -58,24 +69,24 @@ def test_lesson_05_06_checkers(capsys):
     population_std = lambda r, g, eps: ((r.view(-1, g) - r.view(-1, g).mean(1, keepdim=True))  # noqa: E731
                                         / (r.view(-1, g).std(1, unbiased=False, keepdim=True) + eps)).reshape(-1)
     assert verdict(capsys, check.group_advantages, population_std).startswith("FAIL group_advantages")
-    assert verdict(capsys, check.kl_k3, kl.kl_k3).startswith("PASS kl_k3: 5 cases")
+    assert verdict(capsys, check.kl_k3, own(kl.kl_k3)).startswith("PASS kl_k3: 5 cases")
     assert verdict(capsys, check.kl_k3, lambda p, q: kl.kl_k3(q, p)).startswith("FAIL kl_k3")  # sign of log ratio flipped
 
 
 def test_lesson_08_checkers(capsys):
     from minirl import losses
-    assert verdict(capsys, check.sft_loss, losses.sft_loss).startswith("PASS sft_loss: 5 cases")
+    assert verdict(capsys, check.sft_loss, own(losses.sft_loss)).startswith("PASS sft_loss: 5 cases")
     counts_the_prompt = lambda logits, tokens, mask: losses.sft_loss(logits, tokens, torch.ones_like(mask))  # noqa: E731
     assert verdict(capsys, check.sft_loss, counts_the_prompt).startswith("FAIL sft_loss")
     per_row_mean = lambda logits, tokens, mask: ops.masked_mean(  # noqa: E731
         ops.masked_mean(ops.token_logprobs(logits, tokens), mask, dim=1), torch.ones(tokens.size(0))) * -1
     assert verdict(capsys, check.sft_loss, per_row_mean).startswith("FAIL sft_loss")
-    assert verdict(capsys, check.select_best, best_of_n.select_best).startswith("PASS select_best: 6 cases")
+    assert verdict(capsys, check.select_best, own(best_of_n.select_best)).startswith("PASS select_best: 6 cases")
     last_of_ties = lambda s, n: torch.arange(len(s) // n) * n + (n - 1 - s.view(-1, n).flip(1).argmax(1))  # noqa: E731
     assert verdict(capsys, check.select_best, last_of_ties).startswith("FAIL select_best")
     within_group = lambda s, n: s.view(-1, n).argmax(1)  # noqa: E731  the position in the group, not in scores
     assert verdict(capsys, check.select_best, within_group).startswith("FAIL select_best")
-    assert verdict(capsys, check.best_of_n_kl_bound, best_of_n.kl_bound).startswith("PASS best_of_n_kl_bound: 6 cases")
+    assert verdict(capsys, check.best_of_n_kl_bound, own(best_of_n.kl_bound)).startswith("PASS best_of_n_kl_bound: 6 cases")
     assert verdict(capsys, check.best_of_n_kl_bound, lambda n: math.log(n)).startswith("FAIL best_of_n_kl_bound")
     assert "not implemented yet" in verdict(capsys, check.select_best, not_done)
 
@@ -91,7 +102,7 @@ def test_lesson_09_checkers(capsys):
     assert verdict(capsys, check.dpo_loss, naive).startswith("FAIL dpo_loss: 1 of 5")
     loss_only = lambda *args: losses.dpo_loss(*args)[0]  # noqa: E731
     assert "return three things" in verdict(capsys, check.dpo_loss, loss_only)
-    assert verdict(capsys, check.sequence_logprob, ops.sequence_logprob).startswith("PASS sequence_logprob: 4 cases")
+    assert verdict(capsys, check.sequence_logprob, own(ops.sequence_logprob)).startswith("PASS sequence_logprob: 4 cases")
     times_mask = lambda x, m: (x * m).sum(1)  # noqa: E731  -inf * 0 = NaN
     assert verdict(capsys, check.sequence_logprob, times_mask).startswith("FAIL sequence_logprob: 1 of 4")
     assert verdict(capsys, check.sequence_logprob, lambda x, m: x.sum(1)).startswith("FAIL sequence_logprob")
@@ -106,7 +117,7 @@ def test_lesson_10_checkers(capsys):
     assert verdict(capsys, check.soft_value_iteration, hard_max).startswith("FAIL soft_value_iteration")
     naive_lse = lambda mdp, r: mdp.backward_q(lambda s, q: q.exp().sum().log(), r.dtype, rewards=r)  # noqa: E731
     assert verdict(capsys, check.soft_value_iteration, naive_lse).startswith("FAIL soft_value_iteration: 1 of 4")
-    assert verdict(capsys, check.gail_discriminator_loss, losses.gail_discriminator_loss).startswith(
+    assert verdict(capsys, check.gail_discriminator_loss, own(losses.gail_discriminator_loss)).startswith(
         "PASS gail_discriminator_loss: 5 cases")
     pooled = lambda e, p: torch.nn.functional.binary_cross_entropy_with_logits(  # noqa: E731  one mean over both classes
         torch.cat([e, p]), torch.cat([torch.ones_like(e), torch.zeros_like(p)]))
@@ -132,8 +143,190 @@ def test_lesson_11_checkers(capsys):
     assert "left padding of 0, 2 and 4 tokens" in verdict(capsys, check.positions_from_mask, counting_padding)
     unclamped = lambda m: m.long().cumsum(-1) - 1  # noqa: E731
     assert verdict(capsys, check.positions_from_mask, unclamped).startswith("FAIL positions_from_mask")
-    assert verdict(capsys, check.zero_model_states, memory.zero_model_states).startswith("PASS zero_model_states: 7 cases")
+    assert verdict(capsys, check.zero_model_states, own(memory.zero_model_states)).startswith("PASS zero_model_states: 7 cases")
     weights_kept = lambda n, r, s: memory.zero_model_states(n, r, min(s, 2))  # noqa: E731  stage 3 as stage 2
     assert "stage 3 (the ZeRO paper's Figure 1)" in verdict(capsys, check.zero_model_states, weights_kept)
     all_sharded = lambda n, r, s: 16 * n / r / 1e9 if s else 16 * n / 1e9  # noqa: E731  every stage as stage 3
     assert verdict(capsys, check.zero_model_states, all_sharded).startswith("FAIL zero_model_states")
+
+
+# ---------------------------------------------------------------- naming the trap
+def trap_lines(out: str) -> str:
+    """The lines under the FAIL line (the traps named and the cases)."""
+    return out.split("\n", 1)[1]
+
+
+def reward_to_go_loop(rewards, mask, gamma):
+    """A plain second reward-to-go, for building wrong answers from."""
+    r = torch.where(mask.bool(), rewards, torch.zeros_like(rewards))
+    out, running = torch.zeros_like(r), torch.zeros_like(r[:, 0])
+    for t in reversed(range(r.size(1))):
+        running = r[:, t] + gamma * running
+        out[:, t] = running
+    return out * mask
+
+
+def test_a_sign_flip_is_named(capsys):
+    out = verdict(capsys, check.reward_to_go, lambda r, m, g: -reward_to_go_loop(r, m, g))
+    assert out.startswith("FAIL reward_to_go: 4 of 4 cases wrong") and "A sign is flipped" in out
+    no_minus = verdict(capsys, check.surrogate_loss, lambda logps, returns: (returns * logps).mean())  # the objective
+    assert "A sign is flipped" in no_minus and "case 8 episodes: largest difference" in no_minus
+
+
+def test_the_population_std_is_named(capsys):
+    """By math: the population std is the sample std times sqrt((G-1)/G), so advantages divided by
+    it are sqrt(G/(G-1)) times too large (exactly so without eps)."""
+    def normalized(rewards, group_size, eps, correction):
+        g = rewards.view(-1, group_size)
+        return ((g - g.mean(1, keepdim=True)) / (g.std(1, correction=correction, keepdim=True) + eps)).reshape(-1)
+    r = torch.tensor([0.0, 1.0, 1.0, 3.0], dtype=torch.float64)
+    assert torch.allclose(normalized(r, 4, 0.0, 0), normalized(r, 4, 0.0, 1) * math.sqrt(4 / 3), atol=1e-12)
+    out = verdict(capsys, check.group_advantages, lambda r, g, eps: normalized(r, g, eps, 0))
+    assert out.startswith("FAIL group_advantages: 5 of 6 cases wrong, showing 3")  # the all-equal group is 0 either way
+    assert "The population std (divides by G), not the sample std (G - 1)" in out and "sqrt(G/(G-1))" in out
+
+
+def test_a_cumulative_sum_for_reward_to_go_is_named(capsys):
+    out = verdict(capsys, check.reward_to_go, lambda r, m, g: r.cumsum(dim=1))  # lesson 03's classmate
+    assert "A running sum from the row's start (a cumsum)" in out
+    assert "\n    case truncated and EOS rows, gamma 1:" in out  # padding left in too: still named
+    masked_cumsum = lambda r, m, g: (r * m).cumsum(dim=1) * m  # noqa: E731
+    masked = verdict(capsys, check.reward_to_go, masked_cumsum)
+    assert "(a cumsum)" in masked and "\n    case truncated and EOS rows, gamma 1:" in masked  # named on that case too
+    assert "(a cumsum)" in verdict(capsys, check.reinforce_loss,
+                                   lambda lp, r, m: -(masked_cumsum(r, m, 1.0) * lp * m).sum(1).mean())
+
+
+def test_nan_where_zero_is_expected_is_named(capsys):
+    def nan_for_equal_groups(rewards, group_size, eps):  # right, except 0 / 0 left as NaN for an all-equal group
+        g = rewards.view(-1, group_size)
+        std = g.std(1, keepdim=True)
+        return torch.where(std == 0, math.nan, (g - g.mean(1, keepdim=True)) / (std + eps)).reshape(-1)
+    out = verdict(capsys, check.group_advantages, nan_for_equal_groups)
+    assert out.startswith("FAIL group_advantages: 2 of 6 cases wrong\n")  # 0/1 rewards hold an all-correct group
+    assert "NaN or inf where the advantage is 0" in out
+    assert "case a group of all-equal rewards (zero, not NaN): NaN or inf at 4 of 4 values" in out
+    zero_over_zero = lambda n, c, k: pass_at_k(n, c, k) if c else torch.tensor(0.0) / 0  # noqa: E731
+    assert "NaN or inf where the answer is a number" in verdict(capsys, check.pass_at_k, zero_over_zero)  # every checker's
+
+
+def test_a_forgotten_mask_is_named(capsys):
+    unmasked = verdict(capsys, check.reward_to_go, lambda r, m, g: reward_to_go_loop(r, torch.ones_like(m), g))
+    assert unmasked.startswith("FAIL reward_to_go: 3 of 4 cases wrong\n") and "The mask is ignored" in unmasked
+    zeroed_late = verdict(capsys, check.reward_to_go, lambda r, m, g: reward_to_go_loop(r, torch.ones_like(m), g) * m)
+    assert "The mask is ignored" in zeroed_late  # padding rewards summed in, the padding itself zeroed
+    assert "The mask is ignored" in verdict(capsys, check.sequence_logprob, lambda x, m: x.sum(1))
+    assert "The mask is ignored" in verdict(capsys, check.masked_mean,
+                                            lambda x, m, dim=None: x.mean() if dim is None else x.mean(dim))
+    counts_the_prompt = lambda logits, tokens, mask: losses_sft(logits, tokens, torch.ones_like(mask))  # noqa: E731
+    assert "The mask is ignored" in verdict(capsys, check.sft_loss, counts_the_prompt)
+
+
+def losses_sft(logits, tokens, mask):
+    """Mean NLL over the mask's tokens, written with torch's cross entropy (a second implementation)."""
+    nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="none")
+    return (nll * mask.flatten()).sum() / mask.sum()
+
+
+def test_off_by_one_is_named(capsys):
+    def from_next(rewards, mask, gamma):  # stores the running sum before adding r_t
+        r = rewards * mask
+        out, running = torch.zeros_like(r), torch.zeros_like(r[:, 0])
+        for t in reversed(range(r.size(1))):
+            out[:, t] = running
+            running = r[:, t] + gamma * running
+        return out * mask
+    assert "Off by one: position t holds G_(t+1)" in verdict(capsys, check.reward_to_go, from_next)
+    late = verdict(capsys, check.discounted_return, lambda rewards, gamma: sum(gamma ** (t + 1) * r for t, r in enumerate(rewards)))
+    assert "Off by one: the first reward is discounted too" in late
+    assert "Off by one: the first real token has position 1" in verdict(capsys, check.positions_from_mask,
+                                                                          lambda m: m.long().cumsum(-1))
+
+
+def test_a_wrong_answer_no_trap_explains_lists_its_differences(capsys):
+    out = verdict(capsys, check.reward_to_go, lambda r, m, g: reward_to_go_loop(r, m, g) + 0.5)
+    assert trap_lines(out).splitlines() == [
+        "  - no padding, gamma 1: largest difference 5.0e-01 (tolerance 1e-06)",
+        "  - truncated and EOS rows, gamma 1: largest difference 5.0e-01 (tolerance 1e-06)",
+        "  - discounted, gamma 0.9: largest difference 5.0e-01 (tolerance 1e-06)"]
+
+
+def test_the_fail_line_says_how_many_cases_it_shows(capsys):
+    out = verdict(capsys, check.pass_at_k, lambda n, c, k: 0.5)  # wrong on all 8
+    assert out.startswith(f"FAIL pass_at_k: 8 of 8 cases wrong, showing {check.SHOWN}\n")
+    assert len(trap_lines(out).splitlines()) == check.SHOWN == 3
+    every_one = verdict(capsys, check.sequence_logprob, lambda x, m: (x * m).sum(1))  # 1 wrong: all shown, no "showing"
+    assert every_one.startswith("FAIL sequence_logprob: 1 of 4 cases wrong\n")
+
+
+def test_reinforce_loss_has_its_own_cases(capsys, monkeypatch):
+    """Its own labels, describing its own (distinct) cases; reward-to-go's spoke of gamma, which
+    reinforce_loss does not take, and two of them were the same case."""
+    out = verdict(capsys, check.reinforce_loss, lambda lp, r, m: (lp * 0).sum())  # loss 0, gradient 0: all 4 wrong
+    assert out.startswith("FAIL reinforce_loss: 4 of 4 cases wrong, showing 3")
+    assert "no padding (each token weighted by its reward-to-go)" in out and "gamma" not in out
+    cases = captured(monkeypatch, check.reinforce_loss)["cases"]
+    rtg_labels = {label for label, _ in captured(monkeypatch, check.reward_to_go)["cases"]}
+    assert [label for label, _ in cases] == ["no padding (each token weighted by its reward-to-go)",
+                                             "EOS and padding (only the mask's tokens count)",
+                                             "one reward, on each row's last token (an outcome reward)",
+                                             "junk rewards on the padding"]
+    assert not rtg_labels & {label for label, _ in cases}
+    for (_, a), (_, b) in itertools.combinations(cases, 2):
+        assert not all(torch.equal(x, y) for x, y in zip(a, b))
+    last = torch.tensor([[0, 0, 0, 0, 1], [0, 1, 0, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    rewards = cases[2][1][1]
+    assert torch.equal(rewards != 0, last)  # one reward per row, at its last real token
+
+
+def test_the_package_function_handed_in_is_not_a_pass(capsys):
+    """minirl's own function prints a FAIL line (what course.grade counts as a fail), never PASS."""
+    from minirl import advantages
+    out = verdict(capsys, check.reward_to_go, advantages.reward_to_go)
+    assert out == ("FAIL reward_to_go: this is the package's own minirl.advantages.reward_to_go, not yours\n"
+                   "  The exercise asks for your code: pass the function you wrote in the cell.\n")
+    assert not re.search(r"^PASS ", out, re.M)
+    partial = verdict(capsys, check.reward_to_go, functools.partial(advantages.reward_to_go, gamma=1.0))
+    assert partial.startswith("FAIL reward_to_go: this is the package's own minirl.advantages.reward_to_go")
+    assert verdict(capsys, check.reward_to_go, own(advantages.reward_to_go)).startswith("PASS reward_to_go: 4 cases")
+
+
+CHECKERS = [name for name in check.__all__ if inspect.isfunction(getattr(check, name))
+            and list(inspect.signature(getattr(check, name)).parameters) == ["student_fn"]]
+
+
+def test_every_checker_spots_the_package_function(capsys):
+    """Through each checker's own wrappers (they keep the student's function reachable)."""
+    def packaged(*args):
+        raise AssertionError("a checker ran minirl's own function")
+    packaged.__module__, packaged.__qualname__ = "minirl.losses", "packaged"
+    assert {"reward_to_go", "reinforce_loss", "gae", "dpo_loss", "select_best"} <= set(CHECKERS)
+    for name in CHECKERS:
+        out = verdict(capsys, getattr(check, name), packaged)
+        assert out.startswith(f"FAIL {name}: this is the package's own minirl.losses.packaged, not yours\n"), out
+
+
+def captured(monkeypatch, checker) -> dict:
+    """What checker hands run_cases, without running it."""
+    calls = []
+    monkeypatch.setattr(check, "run_cases", lambda name, student_fn, reference_fn, cases, tolerance=check.TOLERANCE,
+                        traps=(): calls.append(dict(name=name, reference=reference_fn, cases=cases, traps=traps)))
+    checker(not_done)
+    monkeypatch.undo()
+    return calls[0]
+
+
+def test_every_trap_runs_on_every_case(monkeypatch):
+    """The diagnosis runs only on a wrong answer: try each checker's traps on each of its cases with
+    an answer off by 1 everywhere (which none of them should claim), so none can raise in a notebook."""
+    for name in CHECKERS:
+        run = captured(monkeypatch, getattr(check, name))
+        for label, args in run["cases"]:
+            want = check.as_numbers(run["reference"](*copy.deepcopy(args)))
+            assert check.diagnose(want + 1 + want.abs(), want, args, run["traps"]) is None, (name, label)
+
+
+def test_all_names_the_public_api():
+    assert set(check.__all__) == {n for n in vars(check) if not n.startswith("_") and n not in
+                                  {"annotations", "copy", "functools", "inspect", "itertools", "math", "torch",
+                                   "Fraction", "Callable", "NamedTuple"}}

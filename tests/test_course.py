@@ -1,4 +1,9 @@
 """Course tooling: student versions stub every solution; with outputs kept, they expect every checker's FAIL."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import nbformat
 import pytest
 
@@ -64,3 +69,105 @@ def test_student_versions_with_outputs_expect_every_checker_to_fail(path):
     assert "PASS" not in text and course.BEGIN not in stubs
     handed_out = course.student_version(nbformat.read(path, as_version=4))  # what `make student` writes
     assert not any(c.outputs for c in handed_out.cells if c.cell_type == "code")
+
+
+RIGHT = '''def pass_at_k(n, c, k):
+    from math import comb
+    return 1 - comb(n - c, k) / comb(n, k)
+minirl.check.pass_at_k(pass_at_k)'''
+WRONG = '''def discounted_return(rewards, gamma):
+    return sum(rewards)  # forgets the discount
+minirl.check.discounted_return(discounted_return)'''
+RIGHT_RETURN = '''def discounted_return(rewards, gamma):
+    return sum(r * gamma**t for t, r in enumerate(rewards))
+minirl.check.discounted_return(discounted_return)'''
+UNFINISHED = '''def discounted_return(rewards, gamma):
+    raise NotImplementedError("exercise: write your solution here")
+minirl.check.discounted_return(discounted_return)'''
+
+
+def submission(*cells: str) -> nbformat.NotebookNode:
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in ("import minirl", *cells)])
+
+
+@pytest.mark.slow
+def test_grade_tabulates_planted_submissions(tmp_path):
+    """Four planted students: all right; one exercise wrong; a cell that raises (later cells still run);
+    a cell that runs forever (interrupted at the limit, the next exercise still graded)."""
+    planted = {"ada": (RIGHT, RIGHT_RETURN), "bo": (RIGHT, WRONG), "cy": ("1 / 0", RIGHT, UNFINISHED),
+               "di": (RIGHT, "while True:\n    pass", RIGHT_RETURN)}
+    for student, cells in planted.items():
+        (tmp_path / student).mkdir()
+        nbformat.write(submission(*cells), tmp_path / student / "99_homework.ipynb")
+    columns, table, runs = course.grade(tmp_path, timeout=20)  # `import minirl` takes seconds on a busy machine
+    assert columns == ["99/pass_at_k", "99/discounted_return"]
+    assert table == {"ada": {"99/pass_at_k": "pass", "99/discounted_return": "pass"},
+                     "bo": {"99/pass_at_k": "pass", "99/discounted_return": "fail"},
+                     "cy": {"99/pass_at_k": "pass", "99/discounted_return": "not done"},
+                     "di": {"99/pass_at_k": "pass", "99/discounted_return": "pass"}}
+    assert runs["ada"]["99_homework"] == runs["bo"]["99_homework"] == "ran"
+    assert runs["cy"]["99_homework"] == "code cell 2: ZeroDivisionError"  # the checker reports the stub itself
+    assert runs["di"]["99_homework"] == "code cell 3: over 20 s"
+    text = course.write_grades(columns, table, runs, tmp_path / "grades.csv")
+    assert "bo" in text and "fail" in text
+    rows = (tmp_path / "grades.csv").read_text().splitlines()
+    assert rows[0] == "student,99/pass_at_k,99/discounted_return,passed,runs"
+    assert rows[2].startswith("bo,pass,fail,1/2,")
+
+
+def test_submissions_are_found_per_folder_or_by_name(tmp_path):
+    nb = submission(RIGHT)
+    (tmp_path / "ada").mkdir()
+    nbformat.write(nb, tmp_path / "ada" / "03_reinforce.ipynb")
+    nbformat.write(nb, tmp_path / "bo_03_reinforce.ipynb")
+    found = course.submissions(tmp_path)
+    assert {k: [p.name for p in v] for k, v in found.items()} == {"ada": ["03_reinforce.ipynb"],
+                                                                  "bo": ["bo_03_reinforce.ipynb"]}
+    assert course.expected_exercises("03_reinforce") == ["reward_to_go", "reinforce_loss"]
+
+
+def test_student_versions_never_replace_a_students_work(tmp_path, capsys):
+    lesson = course.lesson_paths([])[:1]
+    course.write_student_versions(lesson, tmp_path)
+    target = tmp_path / lesson[0].name
+    nb = nbformat.read(target, as_version=4)
+    nb.cells[0].source += "\n# my notes"
+    nbformat.write(nb, target)
+    course.write_student_versions(lesson, tmp_path)
+    assert "# my notes" in target.read_text() and "kept" in capsys.readouterr().out
+    course.write_student_versions(lesson, tmp_path, force=True)
+    assert "# my notes" not in target.read_text()
+
+
+@pytest.mark.parametrize("path", course.lesson_paths([]), ids=lambda p: p.name)
+def test_every_solution_cell_carries_nbgrader_metadata(path):
+    """What `refresh` writes (course.nbgrader_metadata) is what each stored lesson holds: a cell with a
+    solution block is an nbgrader solution cell, no other cell is marked, and the ids are unique."""
+    stored = nbformat.read(path, as_version=4)
+    marked = course.nbgrader_metadata(nbformat.read(path, as_version=4), path.stem)
+    assert [c.metadata.get("nbgrader") for c in stored.cells] == [c.metadata.get("nbgrader") for c in marked.cells]
+    ids = [c.metadata["nbgrader"]["grade_id"] for c in stored.cells if "nbgrader" in c.metadata]
+    solutions = [c for c in stored.cells if course.BEGIN in c.source or course.BEGIN_ANSWER in c.source]
+    assert len(ids) == len(set(ids)) == len(solutions) >= 1
+
+
+@pytest.mark.slow
+def test_nbgrader_generate_assignment_accepts_the_lessons(tmp_path):
+    """nbgrader's own command turns two lessons (one with a hunt-the-bug answer in Markdown) into
+    assignments: the solutions and the answer are replaced by its stubs, the rest kept."""
+    source = tmp_path / "source" / "ps1"
+    source.mkdir(parents=True)
+    lessons = [p for p in course.lesson_paths([]) if p.name.startswith(("03_", "09_"))]
+    for path in lessons:
+        source.joinpath(path.name).write_bytes(path.read_bytes())
+    result = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "ps1", "--force",
+                             f"--CourseDirectory.root={tmp_path}", f"--CourseDirectory.db_url=sqlite:///{tmp_path}/gradebook.db"],
+                            capture_output=True, text=True, timeout=300,  # nbgrader runs alembic from PATH
+                            env=dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    for path in lessons:
+        released = nbformat.read(tmp_path / "release" / "ps1" / path.name, as_version=4)
+        text = "\n".join(c.source for c in released.cells)
+        assert course.BEGIN not in text and course.BEGIN_ANSWER not in text
+        assert "raise NotImplementedError" in text and "YOUR ANSWER HERE" in text
+        assert len(released.cells) == len(nbformat.read(path, as_version=4).cells)

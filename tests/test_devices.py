@@ -1,4 +1,4 @@
-"""The same code on a GPU (COURSE.md, GPU checklist item 1): logits, sampled log-probs, every loss
+"""The same code on a GPU (item 1 of the GPU checklist, docs/measurements.md): logits, sampled log-probs, every loss
 and advantage, value and gradient, equal on the CPU and on the accelerator; each trainer, and
 `evaluate`, runs on it with the CPU generator it is given. Skipped where there is no CUDA (or MPS)
 device. Tolerances: 1e-4 on logits and log-probs of the tiny GPT (fp32 kernels differ in their
@@ -16,7 +16,7 @@ from minirl.sampling import completion_logprobs
 
 ACCELERATORS = [d for d, ok in (("cuda", torch.cuda.is_available()), ("mps", torch.backends.mps.is_available())) if ok]
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ACCELERATORS, reason="needs a CUDA (or MPS) device: COURSE.md's GPU checklist item 1")]
+              pytest.mark.skipif(not ACCELERATORS, reason="needs a CUDA (or MPS) device: item 1 of the GPU checklist (docs/measurements.md)")]
 DEVICES = ACCELERATORS or ["cuda"]
 
 

@@ -130,7 +130,7 @@ def test_model_sequence_logprobs_match_one_unpadded_sequence_at_a_time():
     items = [(c, n) for c, n, _, _ in pair_tokens(pairs, enc)] + [(r, n) for _, n, r, _ in pair_tokens(pairs, enc)]
     with torch.no_grad():
         for average in (False, True):
-            got = sft.sequence_logprobs(model, items, enc.encode_single_token(PAD), average)
+            got = sft.tokenized_logprobs(model, items, enc.encode_single_token(PAD), average)
             for k, (ids, n) in enumerate(items):
                 logp = torch.log_softmax(model(torch.tensor([ids[:-1]]))[0], dim=-1)
                 terms = [logp[t - 1, ids[t]].item() for t in range(n, len(ids))]
@@ -241,7 +241,7 @@ def test_trainer_starts_at_log_2_and_learns_its_pairs():
     pad, tokens = enc.encode_single_token(PAD), pair_tokens(pairs, enc)
     chosen, rejected = [(c, n) for c, n, _, _ in tokens], [(r, n) for _, n, r, _ in tokens]
     with torch.no_grad():
-        log_ratio = [sft.sequence_logprobs(policy, side, pad) - sft.sequence_logprobs(minirl.load_model("sft"), side, pad)
+        log_ratio = [sft.tokenized_logprobs(policy, side, pad) - sft.tokenized_logprobs(minirl.load_model("sft"), side, pad)
                      for side in (chosen, rejected)]
     assert (log_ratio[0] - log_ratio[1]).mean() > 0.1
     assert [e["step"] for e in evals] == [0, 6] and set(evals[0]) >= {"gold", "valid", "kl"}

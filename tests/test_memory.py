@@ -1,5 +1,6 @@
-"""The memory calculator: the seed's 8B figures, the mixed-precision count by hand, the KV cache
-of a known shape, and (with CUDA) the count against measured memory of a >100M-parameter model."""
+"""The memory calculator: the 8B figures of Alex Xie's lecture, the mixed-precision count by hand,
+the KV cache of a known shape, and (with CUDA) the count against measured memory of a
+>100M-parameter model."""
 import pytest
 import torch
 
@@ -7,9 +8,9 @@ from minirl import memory
 from minirl.model import GPT, GPTConfig
 
 
-def test_seed_preset_reproduces_the_seed_figures():
-    """Seed 004: 8B in fp16 is 16 GB; PPO = 3*16 policy + 16 ref + 3*16 critic + 16 RM = 128 GB,
-    GRPO = 3*16 + 16 + 16 = 80 GB."""
+def test_seed_preset_reproduces_the_lecture_figures():
+    """Alex Xie, "RL for LLMs: From Parrots to Agents" (CMU, 2025): 8B in fp16 is 16 GB;
+    PPO = 3*16 policy + 16 ref + 3*16 critic + 16 RM = 128 GB, GRPO = 3*16 + 16 + 16 = 80 GB."""
     assert memory.training_memory("ppo", 8e9, "seed")["total"] == pytest.approx(128.0)
     assert memory.training_memory("grpo", 8e9, "seed")["total"] == pytest.approx(80.0)
 

@@ -241,7 +241,7 @@ def test_sft_loss_keeps_junk_on_masked_positions_out():
 def test_sequence_logprobs_equal_the_unbatched_sum_over_response_tokens(base, enc):
     items = sft.demo_tokens(DEMOS, enc)
     with torch.no_grad():
-        batched = sft.sequence_logprobs(base, items, enc.encode_single_token(PAD))
+        batched = sft.tokenized_logprobs(base, items, enc.encode_single_token(PAD))
     alone = [-sum(seq) for seq in response_nll_loop(base, items)]
     assert batched.tolist() == pytest.approx(alone, abs=1e-4)
 

@@ -6,6 +6,7 @@ opened from disk (file://) typesets too; the index lists every lesson and prev/n
 Each page is opened once (MathJax takes seconds per lesson on a small CPU) and what the checks
 need is read from it then; the tests below look at those readings."""
 import functools
+import html
 import http.server
 import json
 import re
@@ -19,12 +20,14 @@ import nbformat
 import pytest
 from browser import browser  # noqa: F401
 
+from minirl import course
 from minirl import site as course_site
 
 pytestmark = pytest.mark.browser
 
 LESSONS = course_site.lesson_paths()
 PAGES = [course_site.page_name(lesson) for lesson in LESSONS]
+GUIDES = [doc.stem + ".html" for doc in course_site.doc_paths()]
 
 # Set before the page's own scripts run. MathJax 2 reads a `window.MathJax` object as its first
 # configuration and calls AuthorInit before anything else. noErrors and noUndefined are turned off
@@ -76,10 +79,12 @@ def report(request, line: str) -> None:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, request):
-    """The site, built once into a temporary folder by minirl.site.build; reports its build time."""
+    """The site, built once into a temporary folder by minirl.site.build, and the student-safe one in
+    its student/ folder; reports their build times."""
     out = tmp_path_factory.mktemp("site")
     seconds = course_site.build(out)
-    report(request, f"minirl.site.build: {len(PAGES) + 1} pages in {seconds:.1f} s")
+    student = course_site.build(out / "student", student=True)
+    report(request, f"minirl.site.build: {len(PAGES) + len(GUIDES) + 1} pages in {seconds:.1f} s, the student site's in {student:.1f} s")
     return out
 
 
@@ -129,7 +134,7 @@ def pages(browser, server, request):  # noqa: F811
     """Every page of the site over HTTP, read once. All are loaded before any is read, so their
     MathJax runs side by side (each page has a renderer process of its own)."""
     begin = time.time()
-    opened = {name: start(browser, server + name, server) for name in [*PAGES, "index.html"]}
+    opened = {name: start(browser, server + name, server) for name in [*PAGES, *GUIDES, "index.html"]}
     readings = {name: read(*page) for name, page in opened.items()}
     report(request, f"{len(readings)} pages loaded and typeset in Chromium in {time.time() - begin:.1f} s")
     return readings
@@ -155,7 +160,7 @@ def image_outputs(lesson) -> int:
                for cell in notebook(lesson).cells if cell.cell_type == "code" for o in cell.outputs)
 
 
-@pytest.mark.parametrize("name", [*PAGES, "index.html"])
+@pytest.mark.parametrize("name", [*PAGES, *GUIDES, "index.html"])
 def test_page_loads_nothing_from_elsewhere(pages, name):
     page = pages[name]
     assert page["blocked"] == [], f"{name} asked for non-local URLs (blocked):\n" + "\n".join(page["blocked"])
@@ -192,7 +197,7 @@ def resolves(base: str, name: str, href: str, ids: list[str]) -> bool:
     return not anchor or anchor in ids or unquote(anchor) in ids
 
 
-@pytest.mark.parametrize("name", [*PAGES, "index.html"])
+@pytest.mark.parametrize("name", [*PAGES, *GUIDES, "index.html"])
 def test_every_link_resolves(pages, server, name):
     page = pages[name]
     local = [href for href in page["links"] if urlparse(href).scheme in ("", "http", "https")
@@ -205,6 +210,37 @@ def test_every_link_resolves(pages, server, name):
 def test_index_lists_every_lesson(pages):
     lesson_links = [href for href in pages["index.html"]["links"] if re.fullmatch(r"\d\d_[^/]+\.html", href)]
     assert sorted(set(lesson_links)) == PAGES, "the README's lesson table and lessons/ disagree"
+
+
+def test_index_lists_every_guide(pages):
+    assert sorted(h for h in pages["index.html"]["links"] if h in GUIDES) == sorted(GUIDES)
+    assert all(pages[g]["navs"] == [[["index", "index.html"]]] * 2 for g in GUIDES)
+
+
+def solution_blocks(lesson) -> list[str]:
+    """The text inside each of the lesson's code solution blocks."""
+    return [block for cell in notebook(lesson).cells
+            for block in re.findall(rf"{re.escape(course.BEGIN)}.*?\n(.*?){re.escape(course.END)}", cell.source, re.S)]
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.name)
+def test_the_student_site_shows_no_solution(built, lesson):
+    """site/student/: every solution line of the solved lesson is gone, the stubs, the left-out
+    hunt-the-bug answer and every figure are there, and the solved site does show the solutions."""
+    name = course_site.page_name(lesson)
+    pages = [(d / name).read_text(encoding="utf-8") for d in (built / "student", built)]
+    assert pages[0].count("<img") == pages[1].count("<img")
+    student, solved = (html.unescape(re.sub(r"<[^>]+>", "", page)) for page in pages)  # the text, highlighting gone
+    blocks = solution_blocks(lesson)
+    lines = {line.strip() for block in blocks for line in block.splitlines() if len(line.strip()) > 25}
+    # a solution line may also stand elsewhere in the lesson (in a hunt-the-bug's buggy version):
+    # the student page has each exactly as often as the solved page has it outside the solutions
+    inside = {line: sum(block.count(line) for block in blocks) for line in lines}
+    assert lines and all(solved.count(line) >= inside[line] >= 1 for line in lines)
+    assert {line: student.count(line) for line in lines} == {line: solved.count(line) - inside[line] for line in lines}
+    assert course.STUB in student
+    hunt = any(course.BEGIN_ANSWER in c.source for c in notebook(lesson).cells)
+    assert (course.ANSWER_STUB.strip("*()") in student) == hunt
 
 
 def test_prev_next_chain_through_the_lessons(pages):
