@@ -171,3 +171,19 @@ def test_nbgrader_generate_assignment_accepts_the_lessons(tmp_path):
         assert course.BEGIN not in text and course.BEGIN_ANSWER not in text
         assert "raise NotImplementedError" in text and "YOUR ANSWER HERE" in text
         assert len(released.cells) == len(nbformat.read(path, as_version=4).cells)
+
+
+def test_start_opens_lesson_00s_exercise_version_in_jupyterlab(tmp_path, monkeypatch):
+    """`make course` (course.start): the exercise versions written into the folder, JupyterLab started
+    on lesson 00's there; --solved opens the solved lesson instead and writes nothing."""
+    launched = []
+    monkeypatch.setattr(course.os, "execvp", lambda program, args: launched.append(args))
+    course.start(solved=False, lesson="00", folder=tmp_path / "exercises")
+    opened = Path(launched[0][2])
+    assert launched[0][:2] == ["jupyter", "lab"] and opened == tmp_path / "exercises" / "00_welcome.ipynb"
+    source = "".join(c.source for c in nbformat.read(opened, as_version=4).cells)
+    assert course.STUB in source and len(list(opened.parent.glob("*.ipynb"))) == len(course.lesson_paths([]))
+    course.start(solved=True, lesson="04", folder=tmp_path / "elsewhere")
+    assert Path(launched[1][2]) == course.LESSONS / "04_baselines_critics.ipynb" and not (tmp_path / "elsewhere").exists()
+    with pytest.raises(SystemExit, match="no lesson '42'"):
+        course.start(solved=True, lesson="42", folder=tmp_path)
