@@ -10,7 +10,7 @@ Cambridge 2023, and Alex Xie's lecture "RL for LLMs: From Parrots to Agents", CM
 A trained model costs its weights, gradients, optimizer state and (mixed precision) fp32 master
 weights; a frozen one its weights only. Two ways to count bytes per parameter:
 
-    preset "seed"        the count in Alex Xie's lecture: every copy in 16-bit, Adam's two moments
+    preset "lecture"     the count in Alex Xie's lecture: every copy in 16-bit, Adam's two moments
                          in 16-bit, gradients and fp32 master weights left out: 6 bytes per
                          trained parameter, 2 per frozen. It reproduces the lecture's 8B figures,
                          8 x 16 GB = 128 GB for PPO and 5 x 16 GB = 80 GB for GRPO with a reward
@@ -57,7 +57,7 @@ class Precision:
 
 
 PRESETS = {
-    "seed": Precision(weights=2, grads=0, master=0, optimizer=4),
+    "lecture": Precision(weights=2, grads=0, master=0, optimizer=4),
     "mixed_adam": Precision(weights=2, grads=2, master=4, optimizer=8),
 }
 

@@ -8,11 +8,11 @@ from minirl import memory
 from minirl.model import GPT, GPTConfig
 
 
-def test_seed_preset_reproduces_the_lecture_figures():
+def test_lecture_preset_reproduces_the_lecture_figures():
     """Alex Xie, "RL for LLMs: From Parrots to Agents" (CMU, 2025): 8B in fp16 is 16 GB;
     PPO = 3*16 policy + 16 ref + 3*16 critic + 16 RM = 128 GB, GRPO = 3*16 + 16 + 16 = 80 GB."""
-    assert memory.training_memory("ppo", 8e9, "seed")["total"] == pytest.approx(128.0)
-    assert memory.training_memory("grpo", 8e9, "seed")["total"] == pytest.approx(80.0)
+    assert memory.training_memory("ppo", 8e9, "lecture")["total"] == pytest.approx(128.0)
+    assert memory.training_memory("grpo", 8e9, "lecture")["total"] == pytest.approx(80.0)
 
 
 def test_mixed_precision_adam_by_hand():
