@@ -86,8 +86,8 @@ browser: install
 # the stored lessons and the guides in docs/ as a static HTML site in site/ (math typeset offline;
 # open site/index.html), and the student-safe one (no solutions, no hunt answers) in site/student/
 site: install
-	$(BIN)/python -m minirl.site --out site
-	$(BIN)/python -m minirl.site --student --out site/student
+	$(BIN)/python -m minirl.course.site --out site
+	$(BIN)/python -m minirl.course.site --student --out site/student
 
 # exercise versions to hand out; a notebook already in student/ that differs is kept (FORCE=1 replaces it)
 student: install

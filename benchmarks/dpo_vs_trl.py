@@ -3,14 +3,14 @@
     python benchmarks/dpo_vs_trl.py             # writes benchmarks/results/dpo_vs_trl.json
 
 The same randomly initialised GPT-2 layout as the GRPO benchmark (width 128, 4 layers, 4 heads,
-vocabulary 512, fp32) in both, the same weights (ours exported with `minirl.export`), 32 pairs
+vocabulary 512, fp32) in both, the same weights (ours exported with `minirl.lm.export`), 32 pairs
 per step, a 16-token prompt and responses of 31 word tokens + EOS (every sequence 48 tokens, no
 padding), beta 0.1, loss 'sigmoid', lr 1e-5, gradients clipped at norm 1, at 1 thread and at all.
 
 A step is the policy's forward pass over the 64 responses (chosen and rejected), the loss,
 backward and the AdamW step. Reference log-probs are precomputed on both sides, once per pair
-before the timed steps, as `minirl.dpo.train_dpo` does: TRL with `precompute_ref_log_probs=True`
-(they come in the batch), ours with `minirl.dpo.reference_logprobs`. Ours is what `train_dpo`
+before the timed steps, as `minirl.train.dpo.train_dpo` does: TRL with `precompute_ref_log_probs=True`
+(they come in the batch), ours with `minirl.train.dpo.reference_logprobs`. Ours is what `train_dpo`
 runs per step: `pair_logprobs` (padding the token lists into tensors included; TRL collates
 before its step begins) + `objective` + `training.optimizer_step`. TRL's step is timed from its
 trainer's on_step_begin to on_step_end callbacks (its per-step metrics included). Each side uses
@@ -41,10 +41,10 @@ from grpo_vs_trl import StepTimer  # noqa: E402
 from sampler_vs_hf import cpu_name  # noqa: E402
 from trl_tiny import dpo_trainer, random_prompts, special_ids, word_tokenizer  # noqa: E402
 
-from minirl.dpo import DPOConfig, objective, pair_logprobs, reference_logprobs  # noqa: E402
-from minirl.export import to_hf_gpt2  # noqa: E402
-from minirl.model import GPT, GPTConfig  # noqa: E402
-from minirl.training import frozen_reference, optimizer_step  # noqa: E402
+from minirl.lm.export import to_hf_gpt2  # noqa: E402
+from minirl.lm.model import GPT, GPTConfig  # noqa: E402
+from minirl.train.dpo import DPOConfig, objective, pair_logprobs, reference_logprobs  # noqa: E402
+from minirl.train.training import frozen_reference, optimizer_step  # noqa: E402
 
 VOCAB, PROMPT, WORDS, PAIRS, BETA, LR = 512, 16, 31, 32, 0.1, 1e-5
 WARMUP, TIMED, ROUNDS = 3, 20, 2

@@ -9,7 +9,7 @@ CPU benchmarks' pinned setting (width 128, 4 layers, vocabulary 512, fp32) and a
 Our bf16 sampler holds bf16 weights; HF's likewise. A bf16 GRPO step keeps fp32 weights and runs
 under autocast in both (TRL's bf16=True).
 
-Item 3: `minirl.memory.training_memory` against the memory PyTorch holds, for the models PPO, GRPO
+Item 3: `minirl.lm.memory.training_memory` against the memory PyTorch holds, for the models PPO, GRPO
 and DPO keep, each a GPT-2-small-size GPT: trained models in fp32 with AdamW after one step (16
 bytes per parameter, as the mixed-precision count), frozen ones in bf16 (2 bytes). Measured:
 `torch.cuda.memory_allocated` after the step (model states, what the estimate counts) and
@@ -35,12 +35,12 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
-from minirl import memory  # noqa: E402
-from minirl.export import to_hf_gpt2  # noqa: E402
-from minirl.grpo_trainer import GRPOConfig, grpo_update  # noqa: E402
-from minirl.model import GPT, GPTConfig  # noqa: E402
-from minirl.sampling import completion_logprobs, sample_tokens  # noqa: E402
-from minirl.training import frozen_reference  # noqa: E402
+from minirl.lm import memory  # noqa: E402
+from minirl.lm.export import to_hf_gpt2  # noqa: E402
+from minirl.lm.model import GPT, GPTConfig  # noqa: E402
+from minirl.lm.sampling import completion_logprobs, sample_tokens  # noqa: E402
+from minirl.train.grpo import GRPOConfig, grpo_update  # noqa: E402
+from minirl.train.training import frozen_reference  # noqa: E402
 
 BATCH, PROMPT, PROMPTS, GROUP, BETA = 64, 16, 8, 8, 0.04
 # dense peak FLOP/s of the H100 and H200 (NVIDIA's datasheets, SXM): bf16 tensor cores; fp32 without TF32
@@ -262,7 +262,7 @@ def grpo_section():
 
 
 def memory_section():
-    return ("memory_gpu.json", "minirl.memory.training_memory (mixed_adam) against torch.cuda memory for the models "
+    return ("memory_gpu.json", "minirl.lm.memory.training_memory (mixed_adam) against torch.cuda memory for the models "
             "each algorithm keeps, GPT-2-small size",
             [measured_memory(a, 4, 128) for a in ("ppo", "grpo", "dpo")])
 

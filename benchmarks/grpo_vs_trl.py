@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from sampler_vs_hf import cpu_name  # noqa: E402
 from trl_tiny import random_prompts, special_ids, trainer, word_tokenizer  # noqa: E402
 
-from minirl.export import to_hf_gpt2  # noqa: E402
-from minirl.grpo_trainer import GRPOConfig, grpo_update  # noqa: E402
-from minirl.model import GPT, GPTConfig  # noqa: E402
-from minirl.sampling import completion_logprobs, sample_tokens  # noqa: E402
-from minirl.training import frozen_reference  # noqa: E402
+from minirl.lm.export import to_hf_gpt2  # noqa: E402
+from minirl.lm.model import GPT, GPTConfig  # noqa: E402
+from minirl.lm.sampling import completion_logprobs, sample_tokens  # noqa: E402
+from minirl.train.grpo import GRPOConfig, grpo_update  # noqa: E402
+from minirl.train.training import frozen_reference  # noqa: E402
 
 VOCAB, PROMPT, PROMPTS, GROUP, BETA = 512, 16, 8, 8, 0.04
 WARMUP, TIMED, ROUNDS = 3, 20, 2

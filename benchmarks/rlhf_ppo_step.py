@@ -28,11 +28,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from sampler_vs_hf import cpu_name  # noqa: E402
 
 import minirl  # noqa: E402
-from minirl import reward_model as rmod  # noqa: E402
-from minirl import rewards  # noqa: E402
-from minirl.ppo_trainer import PPO, PPOConfig  # noqa: E402
-from minirl.tasks import orders_task, training_rewards  # noqa: E402
-from minirl.training import training_batches  # noqa: E402
+from minirl.lm import reward_head
+from minirl.train import reward_model as rmod  # noqa: E402
+from minirl.train.ppo import PPO, PPOConfig  # noqa: E402
+from minirl.train.training import training_batches  # noqa: E402
+from minirl.world import rewards  # noqa: E402
+from minirl.world.tasks import orders_task, training_rewards  # noqa: E402
 
 WARMUP, TIMED = 3, 15
 
@@ -63,7 +64,7 @@ def timed_steps(reward_fn) -> dict[str, float]:
 
 def main() -> None:
     torch.manual_seed(0)
-    rm = rmod.as_reward_fn(rmod.load_reward_model("rm_all"))
+    rm = rmod.as_reward_fn(reward_head.load_reward_model("rm_all"))
     runs = {"reward model (rm_all)": timed_steps(rm), "gold utility (a Python function)": timed_steps(rewards.order_gold_reward)}
     result = {
         "benchmark": "PPO-RLHF step of lesson 08: SFT policy, 64 completions of 'order:' (16 x 4), up to 16 new tokens, "

@@ -30,8 +30,8 @@ import transformers
 sys.path.insert(0, str(Path(__file__).parent))
 from sampler_vs_hf import BATCH, NEW, PROMPT, VOCAB, cpu_name, hf_generate, setup  # noqa: E402
 
-from minirl.model import GPT  # noqa: E402
-from minirl.sampling import inverse_cdf_sample, sample_tokens  # noqa: E402
+from minirl.lm.model import GPT  # noqa: E402
+from minirl.lm.sampling import inverse_cdf_sample, sample_tokens  # noqa: E402
 
 REPEATS = 11
 GELU_C = math.sqrt(2 / math.pi)

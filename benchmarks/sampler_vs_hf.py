@@ -3,7 +3,7 @@
     python benchmarks/sampler_vs_hf.py            # writes benchmarks/results/sampler_cpu.json
 
 Settings pinned for every run of this benchmark: a randomly initialised GPT-2 layout (width 128, 4 layers, 4 heads,
-vocabulary 512, fp32), the same weights in both (our model exported with `minirl.export`),
+vocabulary 512, fp32), the same weights in both (our model exported with `minirl.lm.export`),
 batch 64, a 16-token prompt, exactly 32 new tokens, temperature 1 with no top-k/top-p, the
 same thread count, median of 15 alternating timed runs after warm-up. Target: at least 2x HF.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 import transformers
 
-from minirl.export import to_hf_gpt2
-from minirl.model import GPT, GPTConfig
-from minirl.sampling import sample_tokens
+from minirl.lm.export import to_hf_gpt2
+from minirl.lm.model import GPT, GPTConfig
+from minirl.lm.sampling import sample_tokens
 
 BATCH, PROMPT, NEW, VOCAB = 64, 16, 32, 512
 WARMUP, REPEATS = 2, 15

@@ -5,14 +5,14 @@ from lesson 06 to a cluster (lesson 11).
     torchrun --nproc_per_node 2 scale_out/grpo_trl.py --config scale_out/grpo_cpu.yaml \
         --output_dir runs/trl2 --gradient_accumulation_steps 1 --expect_world_size 2
 
-Rank 0 exports the base model and the tokenizer to `<output_dir>/base` (`minirl.export.save`);
+Rank 0 exports the base model and the tokenizer to `<output_dir>/base` (`minirl.lm.export.save`);
 every rank loads them with `from_pretrained`, offline (HF_HUB_OFFLINE=1 is set here). TRL's
-`GRPOTrainer` trains on the arithmetic training prompts with `minirl.rewards.arithmetic_reward`.
+`GRPOTrainer` trains on the arithmetic training prompts with `minirl.world.rewards.arithmetic_reward`.
 Held-out pass@1 and pass@8 (300 prompts never in the corpus, `eval_samples` = 8 completions each
 at temperature 1, Hugging Face `generate`) are measured before and after, each rank sampling its
 share of the prompts. TRL scores the policy without position ids, which shifts GPT-2's absolute positions under
 left padding: the script makes the model number positions from the mask
-(`minirl.export.use_mask_positions`) unless told `--no_position_fix`. `<output_dir>/metrics.json` gets the figures, and checks that the run was data parallel:
+(`minirl.lm.export.use_mask_positions`) unless told `--no_position_fix`. `<output_dir>/metrics.json` gets the figures, and checks that the run was data parallel:
 the ranks seen from inside, and every rank's weights equal after training (gradients averaged).
 
 `accelerate launch --cpu --num_processes 2` starts one process on a machine without GPUs; torchrun
@@ -35,7 +35,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer, TrlParser  # noqa: E402
 
 import minirl  # noqa: E402
-from minirl import datasets, export, rewards  # noqa: E402
+from minirl.lm import export  # noqa: E402
+from minirl.world import datasets, rewards
 
 
 @dataclass

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from minirl import datasets
+from minirl.world import datasets
 
 DATA_SOURCE = "minirl/arithmetic"
 

@@ -15,13 +15,17 @@ import pytest
 import torch
 
 import minirl
-from minirl import advantages, best_of_n, check, evaluate, kl, losses, memory, ops, overoptimization, paths, rlhf, sft, tasks
-from minirl.grpo_trainer import GRPOConfig
-from minirl.model import GPTConfig
-from minirl.pg_trainer import PGConfig
-from minirl.ppo_trainer import PPOConfig
-from minirl.raft import RAFTConfig
-from minirl.sampling import sample_tokens
+from minirl import advantages, check, kl, losses, ops
+from minirl.core import paths
+from minirl.lm import memory
+from minirl.lm.model import GPTConfig
+from minirl.lm.sampling import sample_tokens
+from minirl.train import best_of_n, overoptimization, rlhf, sft
+from minirl.train.grpo import GRPOConfig
+from minirl.train.pg import PGConfig
+from minirl.train.ppo import PPOConfig
+from minirl.train.raft import RAFTConfig
+from minirl.world import evaluate, tasks
 
 
 PACKAGE = Path(minirl.__file__).resolve().parent
@@ -156,9 +160,9 @@ CASES = [
     ("GRPOConfig: TRL's name for the learning rate", lambda: GRPOConfig(learning_rate=1e-3), TypeError,
      "GRPOConfig has no option 'learning_rate'; did you mean 'lr'"),
     ("PPOConfig: a misspelt option", lambda: PPOConfig(minibatch=4), TypeError, "did you mean 'minibatches'"),
-    ("trainer: task=None", lambda: minirl.grpo_trainer.train_grpo(model(), None, GRPOConfig()), TypeError,
-     "task must be a minirl.tasks.Task"),
-    ("trainer: another trainer's config", lambda: minirl.ppo_trainer.train_ppo(model(), tasks.arithmetic_task(), GRPOConfig()),
+    ("trainer: task=None", lambda: minirl.train.grpo.train_grpo(model(), None, GRPOConfig()), TypeError,
+     "task must be a minirl.world.tasks.Task"),
+    ("trainer: another trainer's config", lambda: minirl.train.ppo.train_ppo(model(), tasks.arithmetic_task(), GRPOConfig()),
      TypeError, "config must be a PPOConfig, got GRPOConfig"),
     ("reviews_task: unknown prompt set", lambda: tasks.reviews_task("neutral"), ValueError,
      "unknown prompt set \\(start\\) 'neutral'.*'negative', 'positive'"),
@@ -182,7 +186,7 @@ CASES = [
      "must accept the keyword arguments minirl passes"),
     ("reward_fn: strings", lambda: tasks.reward_scores(reward_fn_returning(lambda n: ["good"] * n), rollout()),
      TypeError, "other than numbers"),
-    ("trainer: reward_fn too short, in a run", lambda: train_one_step(minirl.grpo_trainer.train_grpo,
+    ("trainer: reward_fn too short, in a run", lambda: train_one_step(minirl.train.grpo.train_grpo,
                                                                       GRPOConfig(steps=1, prompts_per_step=1, group_size=2),
                                                                       reward_fn=reward_fn_returning([1.0])),
      ValueError, "constant_reward returned 1 scores for 2"),
@@ -263,38 +267,38 @@ CASES = [
                                                                   old_values=torch.zeros(2, 2), clip_range=-0.2),
      ValueError, "clip_range must be a number >= 0, got -0.2"),
     # ------------------------------------------------------------ data
-    ("datasets: unknown family", lambda: minirl.datasets.load_corpus("poems"), ValueError, "unknown family 'poems'"),
-    ("datasets: family None", lambda: minirl.datasets.load_corpus(None), ValueError, "unknown family None"),
-    ("datasets: split None", lambda: minirl.datasets.load_preferences(None), ValueError, "unknown split None"),
-    ("datasets: unknown split", lambda: minirl.datasets.load_prompts("reviews", "validation"), ValueError, "unknown split"),
-    ("checkpoint_card: unknown name", lambda: minirl.model.checkpoint_card("dpo"), ValueError, "unknown model 'dpo'"),
+    ("datasets: unknown family", lambda: minirl.world.datasets.load_corpus("poems"), ValueError, "unknown family 'poems'"),
+    ("datasets: family None", lambda: minirl.world.datasets.load_corpus(None), ValueError, "unknown family None"),
+    ("datasets: split None", lambda: minirl.world.datasets.load_preferences(None), ValueError, "unknown split None"),
+    ("datasets: unknown split", lambda: minirl.world.datasets.load_prompts("reviews", "validation"), ValueError, "unknown split"),
+    ("checkpoint_card: unknown name", lambda: minirl.lm.model.checkpoint_card("dpo"), ValueError, "unknown model 'dpo'"),
     # ------------------------------------------------------------ rewards and the micro world
-    ("reward function: strings, not lists", lambda: minirl.rewards.review_proxy_reward("review:", " great ."), TypeError,
+    ("reward function: strings, not lists", lambda: minirl.world.rewards.review_proxy_reward("review:", " great ."), TypeError,
      "prompts must be a list of strings"),
-    ("reward function: one prompt for two completions", lambda: minirl.rewards.arithmetic_reward(["q: 1+1= a:"], [" 2", " 3"]),
+    ("reward function: one prompt for two completions", lambda: minirl.world.rewards.arithmetic_reward(["q: 1+1= a:"], [" 2", " 3"]),
      ValueError, "1 prompts for 2 completions"),
-    ("plan_reward: an unknown activity", lambda: minirl.rewards.plan_reward(("read", "fly")), ValueError, "a plan is a tuple"),
-    ("review_token_rewards: text instead of ids", lambda: minirl.rewards.review_token_rewards(minirl.load_tokenizer(), "great"),
+    ("plan_reward: an unknown activity", lambda: minirl.world.rewards.plan_reward(("read", "fly")), ValueError, "a plan is a tuple"),
+    ("review_token_rewards: text instead of ids", lambda: minirl.world.rewards.review_token_rewards(minirl.load_tokenizer(), "great"),
      TypeError, "list of token ids"),
-    ("MicroMDP: logits of the wrong shape", lambda: minirl.mdp.MicroMDP().objective(torch.zeros(3, 4)), ValueError,
+    ("MicroMDP: logits of the wrong shape", lambda: minirl.exact.mdp.MicroMDP().objective(torch.zeros(3, 4)), ValueError,
      "logits have shape \\(26, 4\\)"),
-    ("MicroMDP: a completion as a string", lambda: minirl.mdp.MicroMDP().discounted_return("x", "ab"), ValueError,
+    ("MicroMDP: a completion as a string", lambda: minirl.exact.mdp.MicroMDP().discounted_return("x", "ab"), ValueError,
      "is not a completion of the micro world"),
-    ("MicroMDP: EOS in the middle", lambda: minirl.mdp.MicroMDP().log_prob(torch.zeros(26, 4), "x", ("a", "<eos>", "b")),
+    ("MicroMDP: EOS in the middle", lambda: minirl.exact.mdp.MicroMDP().log_prob(torch.zeros(26, 4), "x", ("a", "<eos>", "b")),
      ValueError, "ends with EOS \\(only there\\)"),
-    ("MicroMDP: unknown prompt", lambda: minirl.mdp.MicroMDP().discounted_return("z", ("a", "<eos>")), ValueError,
+    ("MicroMDP: unknown prompt", lambda: minirl.exact.mdp.MicroMDP().discounted_return("z", ("a", "<eos>")), ValueError,
      "unknown prompt 'z'"),
-    ("MicroMDP: beta 0", lambda: minirl.mdp.MicroMDP().optimal_logits(torch.zeros(26, 4), 0.0), ValueError, "beta must be"),
-    ("MicroMDP: a seed for the generator", lambda: minirl.mdp.MicroMDP().sample(torch.zeros(26, 4), 3, 123), TypeError,
+    ("MicroMDP: beta 0", lambda: minirl.exact.mdp.MicroMDP().optimal_logits(torch.zeros(26, 4), 0.0), ValueError, "beta must be"),
+    ("MicroMDP: a seed for the generator", lambda: minirl.exact.mdp.MicroMDP().sample(torch.zeros(26, 4), 3, 123), TypeError,
      "generator must be a torch.Generator"),
-    ("bias_and_variance: probabilities summing to 2", lambda: minirl.mdp.bias_and_variance(torch.ones(2, 3), torch.ones(2),
+    ("bias_and_variance: probabilities summing to 2", lambda: minirl.exact.mdp.bias_and_variance(torch.ones(2, 3), torch.ones(2),
                                                                                            torch.ones(3)),
      ValueError, "sum to 2"),
     # ------------------------------------------------------------ memory, pass@k
     ("memory: negative size", lambda: memory.training_memory("ppo", -8e9), ValueError, "n_params must be a finite number >= 0"),
     ("memory: size as a string", lambda: memory.training_memory("ppo", "8e9"), TypeError, "n_params must be a number"),
     ("memory: a size key for the shape", lambda: memory.training_memory("ppo", 8e9, batch=8, seq_len=128, shape=8), TypeError,
-     "shape must be a minirl.memory.Shape"),
+     "shape must be a minirl.lm.memory.Shape"),
     ("memory: batch without seq_len", lambda: memory.training_memory("ppo", 8e9, batch=8, shape=memory.SHAPES[8]), ValueError,
      "give batch and seq_len together"),
     ("memory: unknown algorithm", lambda: memory.training_memory("a2c", 1e9), ValueError, "unknown algorithm 'a2c'.*'dpo'"),
@@ -337,14 +341,14 @@ CASES = [
     ("tilted: beta 0", lambda: overoptimization.tilted(torch.ones(2) / 2, torch.zeros(2), 0.0), ValueError, "beta must be"),
     ("win_rate: an empty side", lambda: rlhf.win_rate([], [1.0]), ValueError, "non-empty"),
     ("gold_pairs: nothing to compare", lambda: rlhf.gold_pairs([" one tea ."] * 3, 5, 0), ValueError, "two different"),
-    ("train_ppo: a critic from a string", lambda: minirl.ppo_trainer.train_ppo(model(), tasks.orders_task(), PPOConfig(),
+    ("train_ppo: a critic from a string", lambda: minirl.train.ppo.train_ppo(model(), tasks.orders_task(), PPOConfig(),
                                                                                critic_from="rm_all"), TypeError,
      "critic_from must be a minirl reward model"),
 ]
 
 
 def small_tokenizer():
-    from minirl.tokenizer import build_encoding
+    from minirl.lm.tokenizer import build_encoding
     return build_encoding({bytes([i]): i for i in range(256)})
 
 
@@ -394,7 +398,7 @@ def test_a_tokenizer_checkpoint_vocabulary_mismatch_is_caught_at_load(data_copy)
     tok["ranks"] = tok["ranks"][:-10]  # as if the world were rebuilt with another corpus
     (data_copy / "tokenizer.json").write_text(json.dumps(tok))
     paths.write_manifest(data_copy)
-    with pytest.raises(paths.DataError, match="vocabulary of 506 tokens but data/tokenizer.json has 496.*minirl.pretrain"):
+    with pytest.raises(paths.DataError, match="vocabulary of 506 tokens but data/tokenizer.json has 496.*minirl.train.pretrain"):
         minirl.load_model("base")
 
 
@@ -409,16 +413,16 @@ def test_the_tokenizer_cache_follows_the_data_folder(data_copy, monkeypatch):
 
 
 def test_world_writes_where_minirl_data_points(tmp_path, monkeypatch):
-    from minirl import world
+    from minirl.world import generate
 
     out = tmp_path / "fresh"
     monkeypatch.setenv("MINIRL_DATA", str(out))
     monkeypatch.setattr(paths, "_verified", {})
-    world.main()
+    generate.main()
     committed = paths.read_manifest(PACKAGE.parent / "data")
     written = paths.read_manifest(out)
     assert {k: v for k, v in committed.items() if not k.startswith("checkpoints/")} == written
-    assert minirl.datasets.load_corpus("plans")[0].startswith("plan:")  # read back through MINIRL_DATA
+    assert minirl.world.datasets.load_corpus("plans")[0].startswith("plan:")  # read back through MINIRL_DATA
 
 
 # ---------------------------------------------------------------- legal degenerate input keeps working
@@ -433,7 +437,7 @@ def test_legal_degenerate_input_keeps_working():
                                                                          temperature=0).texts
     assert math.isnan(ops.masked_mean(torch.ones(3), torch.zeros(3)))  # an empty mean is NaN, as documented
     assert rollout().select(torch.zeros(4, dtype=torch.bool)).texts == []  # selecting no rows
-    assert minirl.mdp.MicroMDP().sample(torch.zeros(26, 4), 0) == []  # no episodes
+    assert minirl.exact.mdp.MicroMDP().sample(torch.zeros(26, 4), 0) == []  # no episodes
     assert losses.policy_gradient_loss(r, torch.tensor([1, -1, 0]), m) == losses.policy_gradient_loss(r, torch.tensor(
         [1.0, -1.0, 0.0]), m)  # integer advantages: exact, nothing to truncate
     logits = torch.tensor([[0.5, -math.inf, 1.0, -math.inf]], requires_grad=True)  # top-k masked logits

@@ -2,13 +2,13 @@
 import torch
 
 import minirl
-from minirl import datasets, grammar
-from minirl.evaluate import sample_family
+from minirl.world import datasets, grammar
+from minirl.world.evaluate import sample_family
 
 
 def test_card_records_command_seed_and_metrics_that_meet_the_targets():
-    card = minirl.model.checkpoint_card("base")
-    assert card["command"].startswith("python -m minirl.pretrain") and "seed" in card
+    card = minirl.lm.model.checkpoint_card("base")
+    assert card["command"].startswith("python -m minirl.train.pretrain") and "seed" in card
     m = card["metrics"]
     for family in grammar.FAMILIES:
         assert m[family]["valid"] >= 0.95 and m[family]["truncated"] <= 0.05, family

@@ -8,8 +8,9 @@ import re
 
 import torch
 
-from minirl import best_of_n, check, ops
-from minirl.evaluate import pass_at_k
+from minirl import check, ops
+from minirl.train import best_of_n
+from minirl.world.evaluate import pass_at_k
 
 
 def not_done(*args):
@@ -136,7 +137,7 @@ def test_lesson_10_checkers(capsys):
 
 
 def test_lesson_11_checkers(capsys):
-    from minirl import memory
+    from minirl.lm import memory
     mask_positions = lambda m: (m.long().cumsum(-1) - 1).clamp(min=0)  # noqa: E731
     assert verdict(capsys, check.positions_from_mask, mask_positions).startswith("PASS positions_from_mask: 5 cases")
     counting_padding = lambda m: torch.arange(m.size(1)).expand(m.shape)  # noqa: E731  HF's default: padding counted

@@ -1,11 +1,11 @@
-"""minirl.compare against hand-computed answers: separation verdicts and their chance (exact
+"""minirl.core.compare against hand-computed answers: separation verdicts and their chance (exact
 combinatorics), KL-matched reads of piecewise-linear trajectories (exact interpolation), late
 windows, and rate choices on a grid."""
 import math
 
 import pytest
 
-from minirl import compare
+from minirl.core import compare
 
 
 def test_a_verdict_needs_every_seed_separated():

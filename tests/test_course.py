@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from minirl import course
+from minirl.course import commands
 
 SOURCE = '''def f(x):
     """doc"""
@@ -21,53 +21,53 @@ check(f)
 
 
 def test_strip_solutions_keeps_indentation_and_the_rest():
-    out = course.strip_solutions(SOURCE)
+    out = commands.strip_solutions(SOURCE)
     assert "y = x + 1" not in out and "BEGIN SOLUTION" not in out
-    assert f"    {course.STUB}\n" in out
+    assert f"    {commands.STUB}\n" in out
     assert out.startswith('def f(x):\n    """doc"""\n') and out.endswith("\ncheck(f)\n")
 
 
 def test_unbalanced_markers_are_an_error():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("### BEGIN SOLUTION\nx = 1")])
     with pytest.raises(ValueError, match="unbalanced"):
-        course.student_version(nb)
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"{course.BEGIN_ANSWER} the bug")])
+        commands.student_version(nb)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"{commands.BEGIN_ANSWER} the bug")])
     with pytest.raises(ValueError, match="unbalanced"):
-        course.student_version(nb)
+        commands.student_version(nb)
 
 
 def test_hunt_the_bug_answers_are_left_out_of_student_versions():
-    text = f"Find the bug.\n\n{course.BEGIN_ANSWER}\n*Answer:* the view is transposed.\n{course.END_ANSWER}\n\nNext."
+    text = f"Find the bug.\n\n{commands.BEGIN_ANSWER}\n*Answer:* the view is transposed.\n{commands.END_ANSWER}\n\nNext."
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
-    out = course.student_version(nb).cells[0].source
-    assert "transposed" not in out and course.ANSWER_STUB in out
+    out = commands.student_version(nb).cells[0].source
+    assert "transposed" not in out and commands.ANSWER_STUB in out
     assert out.startswith("Find the bug.") and out.endswith("Next.")
 
 
 def test_every_lesson_has_solutions_to_strip():
-    for path in course.lesson_paths([]):
+    for path in commands.lesson_paths([]):
         nb = nbformat.read(path, as_version=4)
-        assert any(course.BEGIN in c.source for c in nb.cells if c.cell_type == "code"), path.name
+        assert any(commands.BEGIN in c.source for c in nb.cells if c.cell_type == "code"), path.name
 
 
-@pytest.mark.parametrize("path", course.lesson_paths([]), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
 def test_student_versions_with_outputs_expect_every_checker_to_fail(path):
     """`make lessons-other-cpu` runs these copies under nbval: each must expect exactly one FAIL line
     per stubbed exercise, no PASS, and every other output as stored."""
     solved = nbformat.read(path, as_version=4)
-    student = course.student_version(nbformat.read(path, as_version=4), with_outputs=True)
+    student = commands.student_version(nbformat.read(path, as_version=4), with_outputs=True)
     stubs = text = ""
     for before, after in zip(solved.cells, student.cells):
         if after.cell_type != "code":
             continue
-        if course.BEGIN in before.source:
+        if commands.BEGIN in before.source:
             stubs += after.source
             text += "".join(o.get("text", "") for o in after.outputs)
         else:
             assert after.outputs == before.outputs
-    assert text.count("not implemented yet") == stubs.count(course.STUB) >= 1
-    assert "PASS" not in text and course.BEGIN not in stubs
-    handed_out = course.student_version(nbformat.read(path, as_version=4))  # what `make student` writes
+    assert text.count("not implemented yet") == stubs.count(commands.STUB) >= 1
+    assert "PASS" not in text and commands.BEGIN not in stubs
+    handed_out = commands.student_version(nbformat.read(path, as_version=4))  # what `make student` writes
     assert not any(c.outputs for c in handed_out.cells if c.cell_type == "code")
 
 
@@ -99,7 +99,7 @@ def test_grade_tabulates_planted_submissions(tmp_path):
     for student, cells in planted.items():
         (tmp_path / student).mkdir()
         nbformat.write(submission(*cells), tmp_path / student / "99_homework.ipynb")
-    columns, table, runs = course.grade(tmp_path, timeout=20)  # `import minirl` takes seconds on a busy machine
+    columns, table, runs = commands.grade(tmp_path, timeout=20)  # `import minirl` takes seconds on a busy machine
     assert columns == ["99/pass_at_k", "99/discounted_return"]
     assert table == {"ada": {"99/pass_at_k": "pass", "99/discounted_return": "pass"},
                      "bo": {"99/pass_at_k": "pass", "99/discounted_return": "fail"},
@@ -108,7 +108,7 @@ def test_grade_tabulates_planted_submissions(tmp_path):
     assert runs["ada"]["99_homework"] == runs["bo"]["99_homework"] == "ran"
     assert runs["cy"]["99_homework"] == "code cell 2: ZeroDivisionError"  # the checker reports the stub itself
     assert runs["di"]["99_homework"] == "code cell 3: over 20 s"
-    text = course.write_grades(columns, table, runs, tmp_path / "grades.csv")
+    text = commands.write_grades(columns, table, runs, tmp_path / "grades.csv")
     assert "bo" in text and "fail" in text
     rows = (tmp_path / "grades.csv").read_text().splitlines()
     assert rows[0] == "student,99/pass_at_k,99/discounted_return,passed,runs"
@@ -120,34 +120,34 @@ def test_submissions_are_found_per_folder_or_by_name(tmp_path):
     (tmp_path / "ada").mkdir()
     nbformat.write(nb, tmp_path / "ada" / "03_reinforce.ipynb")
     nbformat.write(nb, tmp_path / "bo_03_reinforce.ipynb")
-    found = course.submissions(tmp_path)
+    found = commands.submissions(tmp_path)
     assert {k: [p.name for p in v] for k, v in found.items()} == {"ada": ["03_reinforce.ipynb"],
                                                                   "bo": ["bo_03_reinforce.ipynb"]}
-    assert course.expected_exercises("03_reinforce") == ["reward_to_go", "reinforce_loss"]
+    assert commands.expected_exercises("03_reinforce") == ["reward_to_go", "reinforce_loss"]
 
 
 def test_student_versions_never_replace_a_students_work(tmp_path, capsys):
-    lesson = course.lesson_paths([])[:1]
-    course.write_student_versions(lesson, tmp_path)
+    lesson = commands.lesson_paths([])[:1]
+    commands.write_student_versions(lesson, tmp_path)
     target = tmp_path / lesson[0].name
     nb = nbformat.read(target, as_version=4)
     nb.cells[0].source += "\n# my notes"
     nbformat.write(nb, target)
-    course.write_student_versions(lesson, tmp_path)
+    commands.write_student_versions(lesson, tmp_path)
     assert "# my notes" in target.read_text() and "kept" in capsys.readouterr().out
-    course.write_student_versions(lesson, tmp_path, force=True)
+    commands.write_student_versions(lesson, tmp_path, force=True)
     assert "# my notes" not in target.read_text()
 
 
-@pytest.mark.parametrize("path", course.lesson_paths([]), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
 def test_every_solution_cell_carries_nbgrader_metadata(path):
-    """What `refresh` writes (course.nbgrader_metadata) is what each stored lesson holds: a cell with a
+    """What `refresh` writes (commands.nbgrader_metadata) is what each stored lesson holds: a cell with a
     solution block is an nbgrader solution cell, no other cell is marked, and the ids are unique."""
     stored = nbformat.read(path, as_version=4)
-    marked = course.nbgrader_metadata(nbformat.read(path, as_version=4), path.stem)
+    marked = commands.nbgrader_metadata(nbformat.read(path, as_version=4), path.stem)
     assert [c.metadata.get("nbgrader") for c in stored.cells] == [c.metadata.get("nbgrader") for c in marked.cells]
     ids = [c.metadata["nbgrader"]["grade_id"] for c in stored.cells if "nbgrader" in c.metadata]
-    solutions = [c for c in stored.cells if course.BEGIN in c.source or course.BEGIN_ANSWER in c.source]
+    solutions = [c for c in stored.cells if commands.BEGIN in c.source or commands.BEGIN_ANSWER in c.source]
     assert len(ids) == len(set(ids)) == len(solutions) >= 1
 
 
@@ -157,7 +157,7 @@ def test_nbgrader_generate_assignment_accepts_the_lessons(tmp_path):
     assignments: the solutions and the answer are replaced by its stubs, the rest kept."""
     source = tmp_path / "source" / "ps1"
     source.mkdir(parents=True)
-    lessons = [p for p in course.lesson_paths([]) if p.name.startswith(("03_", "09_"))]
+    lessons = [p for p in commands.lesson_paths([]) if p.name.startswith(("03_", "09_"))]
     for path in lessons:
         source.joinpath(path.name).write_bytes(path.read_bytes())
     result = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "ps1", "--force",
@@ -168,22 +168,22 @@ def test_nbgrader_generate_assignment_accepts_the_lessons(tmp_path):
     for path in lessons:
         released = nbformat.read(tmp_path / "release" / "ps1" / path.name, as_version=4)
         text = "\n".join(c.source for c in released.cells)
-        assert course.BEGIN not in text and course.BEGIN_ANSWER not in text
+        assert commands.BEGIN not in text and commands.BEGIN_ANSWER not in text
         assert "raise NotImplementedError" in text and "YOUR ANSWER HERE" in text
         assert len(released.cells) == len(nbformat.read(path, as_version=4).cells)
 
 
 def test_start_opens_lesson_00s_exercise_version_in_jupyterlab(tmp_path, monkeypatch):
-    """`make course` (course.start): the exercise versions written into the folder, JupyterLab started
+    """`make course` (commands.start): the exercise versions written into the folder, JupyterLab started
     on lesson 00's there; --solved opens the solved lesson instead and writes nothing."""
     launched = []
-    monkeypatch.setattr(course.os, "execvp", lambda program, args: launched.append(args))
-    course.start(solved=False, lesson="00", folder=tmp_path / "exercises")
+    monkeypatch.setattr(commands.os, "execvp", lambda program, args: launched.append(args))
+    commands.start(solved=False, lesson="00", folder=tmp_path / "exercises")
     opened = Path(launched[0][2])
     assert launched[0][:2] == ["jupyter", "lab"] and opened == tmp_path / "exercises" / "00_welcome.ipynb"
     source = "".join(c.source for c in nbformat.read(opened, as_version=4).cells)
-    assert course.STUB in source and len(list(opened.parent.glob("*.ipynb"))) == len(course.lesson_paths([]))
-    course.start(solved=True, lesson="04", folder=tmp_path / "elsewhere")
-    assert Path(launched[1][2]) == course.LESSONS / "04_baselines_critics.ipynb" and not (tmp_path / "elsewhere").exists()
+    assert commands.STUB in source and len(list(opened.parent.glob("*.ipynb"))) == len(commands.lesson_paths([]))
+    commands.start(solved=True, lesson="04", folder=tmp_path / "elsewhere")
+    assert Path(launched[1][2]) == commands.LESSONS / "04_baselines_critics.ipynb" and not (tmp_path / "elsewhere").exists()
     with pytest.raises(SystemExit, match="no lesson '42'"):
-        course.start(solved=True, lesson="42", folder=tmp_path)
+        commands.start(solved=True, lesson="42", folder=tmp_path)

@@ -1,11 +1,11 @@
 """The value head reads the state *before* each token: fitted values equal exact V on the micro world."""
 import torch
 
-from minirl import micro
-from minirl.critic import ValueHead, completion_values
-from minirl.mdp import MicroMDP
-from minirl.model import GPT, GPTConfig
-from minirl.sampling import Rollout
+from minirl.exact import micro
+from minirl.exact.mdp import MicroMDP
+from minirl.lm.critic import ValueHead, completion_values
+from minirl.lm.model import GPT, GPTConfig
+from minirl.lm.sampling import Rollout
 
 VOCAB = list(micro.PROMPTS) + list(micro.ACTIONS)  # x y a b c <eos>
 

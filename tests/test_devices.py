@@ -8,11 +8,13 @@ import pytest
 import torch
 
 import minirl
-from minirl import advantages, evaluate, kl, losses, tasks
-from minirl.grpo_trainer import GRPOConfig, train_grpo
-from minirl.pg_trainer import PGConfig, train_policy_gradient
-from minirl.ppo_trainer import PPOConfig, train_ppo
-from minirl.sampling import completion_logprobs
+from minirl import advantages, kl, losses
+from minirl.lm import reward_head
+from minirl.lm.sampling import completion_logprobs
+from minirl.train.grpo import GRPOConfig, train_grpo
+from minirl.train.pg import PGConfig, train_policy_gradient
+from minirl.train.ppo import PPOConfig, train_ppo
+from minirl.world import evaluate, tasks
 
 ACCELERATORS = [d for d, ok in (("cuda", torch.cuda.is_available()), ("mps", torch.backends.mps.is_available())) if ok]
 pytestmark = [pytest.mark.gpu,
@@ -114,7 +116,7 @@ def test_each_trainer_runs_two_steps_on_the_device(device, train, config):
     history = train(policy, tasks.reviews_task("negative"), config)
     assert len(history) == 2 and all(torch.isfinite(torch.tensor(h["reward"])) for h in history)
     assert next(policy.parameters()).device.type == device
-    with_fn = train(policy, tasks.arithmetic_task(), config, reward_fn=minirl.rewards.arithmetic_reward)
+    with_fn = train(policy, tasks.arithmetic_task(), config, reward_fn=minirl.world.rewards.arithmetic_reward)
     assert len(with_fn) == 2
 
 
@@ -128,11 +130,12 @@ def test_evaluate_runs_on_the_device(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_reward_model_trains_and_scores_on_the_device(device):
-    from minirl import datasets, reward_model
+    from minirl.train import reward_model
+    from minirl.world import datasets
 
     pairs = datasets.load_preferences("train")[:32]
     cpu, _ = reward_model.train_reward_model(pairs, reward_model.RMConfig(steps=2, batch_size=16))
     acc, _ = reward_model.train_reward_model(pairs, reward_model.RMConfig(steps=2, batch_size=16),
                                              base=minirl.load_model("base", device=device))
     texts = ["order: one matcha latte please .", "order: one espresso ."]
-    assert torch.allclose(reward_model.score_texts(acc, texts), reward_model.score_texts(cpu, texts), atol=1e-3)
+    assert torch.allclose(reward_head.score_texts(acc, texts), reward_head.score_texts(cpu, texts), atol=1e-3)

@@ -1,7 +1,7 @@
 """Lesson 09's DPO pieces against references computed apart from them: the DPO, IPO and SimPO
 losses against their closed forms written with `math` one pair at a time (and DPO against the
 Bradley-Terry loss of the implicit rewards); sequence log-probs against a plain loop over ragged
-rows; the micro world's DPO optimum against the RLHF optimum from `minirl.mdp`'s enumeration;
+rows; the micro world's DPO optimum against the RLHF optimum from `minirl.exact.mdp`'s enumeration;
 hard-label drift against -log pi_ref(winners); IPO's minimizer against the normal equations of
 the comparison graph solved directly; the trainer's first step at log 2."""
 import math
@@ -10,12 +10,16 @@ import pytest
 import torch
 
 import minirl
-from minirl import datasets, dpo, losses, micro_dpo, rewards, sft
-from minirl.dpo import DPOConfig, train_dpo
-from minirl.mdp import MicroMDP
+from minirl import losses
+from minirl.exact import micro_dpo
+from minirl.exact.mdp import MicroMDP
+from minirl.lm import sequences
+from minirl.lm.sequences import pair_tokens
+from minirl.lm.tokenizer import PAD
 from minirl.ops import sequence_logprob
-from minirl.reward_model import pair_tokens
-from minirl.tokenizer import PAD
+from minirl.train import dpo
+from minirl.train.dpo import DPOConfig, train_dpo
+from minirl.world import datasets, rewards
 
 
 def logps(seed: int, n: int = 6) -> list[torch.Tensor]:
@@ -130,7 +134,7 @@ def test_model_sequence_logprobs_match_one_unpadded_sequence_at_a_time():
     items = [(c, n) for c, n, _, _ in pair_tokens(pairs, enc)] + [(r, n) for _, n, r, _ in pair_tokens(pairs, enc)]
     with torch.no_grad():
         for average in (False, True):
-            got = sft.tokenized_logprobs(model, items, enc.encode_single_token(PAD), average)
+            got = sequences.tokenized_logprobs(model, items, enc.encode_single_token(PAD), average)
             for k, (ids, n) in enumerate(items):
                 logp = torch.log_softmax(model(torch.tensor([ids[:-1]]))[0], dim=-1)
                 terms = [logp[t - 1, ids[t]].item() for t in range(n, len(ids))]
@@ -241,7 +245,7 @@ def test_trainer_starts_at_log_2_and_learns_its_pairs():
     pad, tokens = enc.encode_single_token(PAD), pair_tokens(pairs, enc)
     chosen, rejected = [(c, n) for c, n, _, _ in tokens], [(r, n) for _, n, r, _ in tokens]
     with torch.no_grad():
-        log_ratio = [sft.tokenized_logprobs(policy, side, pad) - sft.tokenized_logprobs(minirl.load_model("sft"), side, pad)
+        log_ratio = [sequences.tokenized_logprobs(policy, side, pad) - sequences.tokenized_logprobs(minirl.load_model("sft"), side, pad)
                      for side in (chosen, rejected)]
     assert (log_ratio[0] - log_ratio[1]).mean() > 0.1
     assert [e["step"] for e in evals] == [0, 6] and set(evals[0]) >= {"gold", "valid", "kl"}

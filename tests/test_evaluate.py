@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import pytest
 
-from minirl.evaluate import pass_at_k
+from minirl.world.evaluate import pass_at_k
 
 
 @pytest.mark.parametrize("n, c, k", [(16, 0, 1), (16, 4, 1), (16, 4, 8), (16, 10, 8), (16, 16, 16), (200, 3, 100), (5, 2, 3)])

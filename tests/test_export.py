@@ -5,13 +5,14 @@ import pytest
 import torch
 
 import minirl
-from minirl import datasets
-from minirl.paths import data_dir
-from minirl.reward_model import load_reward_model, right_pad, sequence_ids
-from minirl.tokenizer import PAD
+from minirl.core.paths import data_dir
+from minirl.lm.reward_head import load_reward_model
+from minirl.lm.sequences import right_pad, sequence_ids
+from minirl.lm.tokenizer import PAD
+from minirl.world import datasets
 
 pytest.importorskip("transformers")
-from minirl.export import to_hf_reward_model, to_hf_tokenizer  # noqa: E402
+from minirl.lm.export import to_hf_reward_model, to_hf_tokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +77,7 @@ def policy():
 
 def test_mask_positions_give_a_left_padded_row_its_own_logits(policy):
     """TRL scores the policy without position ids; GPT-2's absolute positions then count the padding."""
-    from minirl.export import to_hf_gpt2, use_mask_positions
+    from minirl.lm.export import to_hf_gpt2, use_mask_positions
     enc = minirl.load_tokenizer()
     row = torch.tensor([enc.encode_ordinary("q: 4+17= a: 21")])
     padded = torch.cat([torch.full((1, 3), enc.encode_single_token(PAD)), row], dim=1)
@@ -92,7 +93,7 @@ def test_mask_positions_give_a_left_padded_row_its_own_logits(policy):
 
 
 def test_policy_export_has_the_course_special_ids_in_its_vocabulary(policy):
-    from minirl.export import to_hf_gpt2
+    from minirl.lm.export import to_hf_gpt2
     enc = minirl.load_tokenizer()
     hf = to_hf_gpt2(policy)
     eos, pad = enc.eot_token, enc.encode_single_token(PAD)
@@ -102,7 +103,7 @@ def test_policy_export_has_the_course_special_ids_in_its_vocabulary(policy):
 
 
 def test_policy_export_refuses_special_ids_outside_the_vocabulary():
-    from minirl.export import to_hf_gpt2
+    from minirl.lm.export import to_hf_gpt2
     small = minirl.GPT(minirl.GPTConfig(vocab_size=97, n_ctx=8, n_embd=16, n_layer=1, n_head=2))
     with pytest.raises(ValueError, match="outside the model's vocabulary of 97 tokens"):
         to_hf_gpt2(small)  # the course's ids (504, 505) do not exist in 97 tokens
@@ -110,7 +111,7 @@ def test_policy_export_refuses_special_ids_outside_the_vocabulary():
 
 
 def rollout_and_critic(policy):
-    from minirl.critic import from_reward_model
+    from minirl.lm.critic import from_reward_model
     prompts = ["q: 4+17= a:", "q: 51+89= a:", "review: the"]
     rollout = minirl.sample(policy, prompts, max_new_tokens=12, generator=torch.Generator().manual_seed(0))
     assert rollout.prompt_mask.min() == 0  # left padding is exercised
@@ -127,8 +128,8 @@ def hf_values(hf, rollout):
 
 
 def test_critic_export_gives_the_same_values(policy):
-    from minirl.critic import completion_values
-    from minirl.export import to_hf_critic
+    from minirl.lm.critic import completion_values
+    from minirl.lm.export import to_hf_critic
     rollout, (trunk, head) = rollout_and_critic(policy)
     with torch.no_grad():
         ours = completion_values(trunk, head, rollout)
@@ -140,8 +141,8 @@ def test_saved_folder_loads_offline_with_from_pretrained(policy, tmp_path, monke
     from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoModelForTokenClassification,
                               AutoTokenizer)
 
-    from minirl.critic import completion_values
-    from minirl.export import save
+    from minirl.lm.critic import completion_values
+    from minirl.lm.export import save
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     enc = minirl.load_tokenizer()
     rm = load_reward_model("rm_all")

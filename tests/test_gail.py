@@ -9,8 +9,10 @@ import pytest
 import torch
 
 import minirl
-from minirl import datasets, gail, rewards, world
-from minirl.grpo_trainer import GRPOConfig
+from minirl.train import gail
+from minirl.train.grpo import GRPOConfig
+from minirl.world import generate
+from minirl.world import datasets, rewards
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,7 @@ def test_plan_distribution_matches_one_sequence_at_a_time(base):
 
 def test_expert_kl_and_true_reward_are_plain_sums(base):
     plans, probs = gail.plan_distribution(base)
-    expert = world.expert_plan_distribution()[1]
+    expert = generate.expert_plan_distribution()[1]
     want = sum(e * math.log(e / p) for e, p in zip(expert, probs.tolist()))
     assert gail.expert_kl(base) == pytest.approx(want, abs=1e-9)
     r = [rewards.plan_reward(p) for p in plans]

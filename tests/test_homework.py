@@ -17,27 +17,33 @@ import pytest
 import torch
 
 import minirl
-from minirl import datasets, dpo, gail, reward_model, sft
-from minirl.dpo import DPOConfig
-from minirl.gail import GAILConfig
-from minirl.grpo_trainer import GRPOConfig
-from minirl.model import GPTConfig
-from minirl.pg_trainer import PGConfig
-from minirl.ppo_trainer import PPOConfig
-from minirl.raft import RAFTConfig
-from minirl.reward_model import RMConfig, check_leading_space
-from minirl.sft import SFTConfig
+from minirl.lm import reward_head, sequences
+from minirl.lm.model import GPTConfig
+from minirl.lm.sequences import check_leading_space
+from minirl.train import dpo, gail, reward_model, sft
+from minirl.train.dpo import DPOConfig
+from minirl.train.gail import GAILConfig
+from minirl.train.grpo import GRPOConfig
+from minirl.train.pg import PGConfig
+from minirl.train.ppo import PPOConfig
+from minirl.train.raft import RAFTConfig
+from minirl.train.reward_model import RMConfig
+from minirl.train.sft import SFTConfig
+from minirl.world import datasets
 
 PACKAGE = pathlib.Path(minirl.__file__).parent
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
-COMMANDS = ("pretrain", "train_reward_models", "course", "site")  # not loaded by `import minirl`
+MODULES = sorted(f"{p.parent.name}.{p.stem}" for p in PACKAGE.glob("*/*.py") if p.stem not in ("__init__", "__main__"))
+COMMANDS = ("train.pretrain", "train.reward_models", "course.commands", "course.site")  # not loaded by `import minirl`
 CONFIGS = (GRPOConfig, PPOConfig, PGConfig, DPOConfig, RMConfig, SFTConfig, RAFTConfig, GAILConfig, GPTConfig)
 
 
 # ---------------------------------------------------------------- the package's help
 @pytest.mark.parametrize("name", MODULES)
 def test_every_module_is_listed_in_the_package_docstring(name):
-    assert re.search(rf"^ +{name} {{2,}}\S", minirl.__doc__, re.M), f"minirl's docstring does not describe {name}"
+    layer, module = name.split(".")
+    assert re.search(rf"\b{module}\b", minirl.__doc__), f"minirl's docstring does not list {name}"
+    layer_doc = importlib.import_module(f"minirl.{layer}").__doc__
+    assert re.search(rf"^ +{module} {{2,}}\S", layer_doc, re.M), f"minirl.{layer}'s docstring does not describe {module}"
 
 
 def test_import_minirl_loads_the_homework_modules_and_no_instructor_tooling():
@@ -46,7 +52,7 @@ def test_import_minirl_loads_the_homework_modules_and_no_instructor_tooling():
     homework = {f"minirl.{m}" for m in MODULES if m not in COMMANDS}
     assert homework <= loaded, f"not loaded: {sorted(homework - loaded)}"
     assert not loaded & ({f"minirl.{m}" for m in COMMANDS} | {"nbformat", "nbclient", "nbconvert", "transformers"})
-    assert {m for m in MODULES if m not in COMMANDS} <= set(minirl.__all__)
+    assert {"core", "lm", "world", "exact", "train", "course"} <= set(minirl.__all__)
 
 
 # ---------------------------------------------------------------- configs: documented options
@@ -181,7 +187,7 @@ def trains(call, name):
 @pytest.mark.parametrize("call", [
     pytest.param(lambda: sft.heldout_loss(minirl.load_model("base"), [{"prompt": "q: 1+1= a:", "completion": "2"}]),
                  id="heldout_loss"),
-    pytest.param(lambda: reward_model.pair_metrics(reward_model.load_reward_model("rm_100"), BARE), id="pair_metrics"),
+    pytest.param(lambda: reward_model.pair_metrics(reward_head.load_reward_model("rm_100"), BARE), id="pair_metrics"),
     pytest.param(lambda: gail.Discriminator([{"prompt": "plan:", "completion": "read run swim nap ."}],
                                             GAILConfig(discriminator="gail"), base=minirl.load_model("base")),
                  id="gail.Discriminator"),
@@ -210,4 +216,4 @@ def test_every_module_declares_its_public_names_and_each_exists(name):
 
 def test_the_package_all_exists():
     assert [n for n in minirl.__all__ if not hasattr(minirl, n)] == []
-    assert minirl.sequence_logprobs is sft.sequence_logprobs
+    assert minirl.sequence_logprobs is sequences.sequence_logprobs

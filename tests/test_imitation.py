@@ -4,9 +4,9 @@ learner's own states; MicroMDP's horizon argument."""
 import pytest
 import torch
 
-from minirl import imitation as im
-from minirl import micro
-from minirl.mdp import MicroMDP
+from minirl.exact import imitation as im
+from minirl.exact import micro
+from minirl.exact.mdp import MicroMDP
 
 
 @pytest.mark.parametrize("horizon", [1, 3, 5])

@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from minirl import irl, losses, micro_gail
-from minirl.mdp import MicroMDP
+from minirl import losses
+from minirl.exact import irl, micro_gail
+from minirl.exact.mdp import MicroMDP
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +121,9 @@ def test_gail_optimal_discriminator_is_the_density_ratio():
 # ---------------------------------------------------------------- plans: every one of the 1,296
 @pytest.fixture(scope="module")
 def plans():
-    from minirl import rewards, world
-    items, probs = world.expert_plan_distribution()
+    from minirl.world import generate
+    from minirl.world import rewards
+    items, probs = generate.expert_plan_distribution()
     truth = torch.tensor([rewards.plan_reward(p) for p in items], dtype=torch.float64)
     return items, irl.plan_features(items), torch.tensor(probs, dtype=torch.float64), truth
 
@@ -131,7 +133,7 @@ def corr(a, b):
 
 
 def test_plan_features_can_express_the_hidden_reward(plans):
-    from minirl import grammar, rewards
+    from minirl.world import grammar, rewards
     items, phi, _, truth = plans
     acts = grammar.ACTIVITIES
     theta = torch.tensor([rewards.ACTIVITY_REWARD[a] for a in acts]
@@ -150,7 +152,7 @@ def test_exact_maxent_irl_on_plans_recovers_the_reward_up_to_a_constant(plans):
 
 
 def test_maxent_irl_from_demonstrations_gets_closer_with_more(plans):
-    from minirl import datasets
+    from minirl.world import datasets
     items, phi, expert, truth = plans
     demos = [tuple(d["completion"].split()[:-1]) for d in datasets.load_demos()]
     kls, corrs = [], []
@@ -181,7 +183,7 @@ def test_micro_gail_discriminator_reaches_the_density_ratio_then_one_half(world)
 def test_generator_step_is_the_kl_regularized_optimum():
     """With the world's own reward table, the step is mdp.optimal_logits (written apart, per prompt
     from the completions' returns)."""
-    from minirl import imitation
+    from minirl.exact import imitation
     mdp = MicroMDP()
     ref = torch.randn(mdp.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     step = micro_gail.generator_step(mdp, ref, imitation.reward_table(mdp), beta=0.7)

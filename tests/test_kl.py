@@ -2,8 +2,8 @@
 import pytest
 import torch
 
+from minirl.exact.mdp import MicroMDP
 from minirl.kl import kl_k1, kl_k2, kl_k3
-from minirl.mdp import MicroMDP
 
 MDP = MicroMDP()
 

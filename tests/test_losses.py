@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from minirl import losses
-from minirl.mdp import MicroMDP
+from minirl.exact.mdp import MicroMDP
 
 
 def test_surrogate_gradient_equals_the_hand_written_estimator():

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from minirl import micro
-from minirl.mdp import MicroMDP
+from minirl.exact import micro
+from minirl.exact.mdp import MicroMDP
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ def test_bad_gamma_is_a_clear_error():
 
 
 def test_bias_and_variance_of_a_two_point_estimator():
-    from minirl.mdp import bias_and_variance
+    from minirl.exact.mdp import bias_and_variance
 
     terms = torch.tensor([[0.0, 2.0], [4.0, 2.0]], dtype=torch.float64)  # g = (0, 2) or (4, 2), each w.p. 1/2
     probs = torch.tensor([0.5, 0.5], dtype=torch.float64)

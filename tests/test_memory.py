@@ -4,8 +4,8 @@ the KV cache of a known shape, and (with CUDA) the count against measured memory
 import pytest
 import torch
 
-from minirl import memory
-from minirl.model import GPT, GPTConfig
+from minirl.lm import memory
+from minirl.lm.model import GPT, GPTConfig
 
 
 def test_lecture_preset_reproduces_the_lecture_figures():

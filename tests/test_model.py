@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import minirl
-from minirl.model import GPT, GPTConfig
-from minirl.sampling import positions_from_mask
+from minirl.lm.model import GPT, GPTConfig
+from minirl.lm.sampling import positions_from_mask
 
 CONFIG = GPTConfig(vocab_size=97, n_ctx=32, n_embd=48, n_layer=3, n_head=4)
 
@@ -21,7 +21,7 @@ def model():
 
 def test_logits_equal_hugging_face_gpt2(model):
     transformers = pytest.importorskip("transformers", reason="transformers is in the dev extra")
-    from minirl.export import to_hf_gpt2
+    from minirl.lm.export import to_hf_gpt2
 
     hf = to_hf_gpt2(model, eos_token_id=96, pad_token_id=95)
     assert isinstance(hf, transformers.GPT2LMHeadModel)

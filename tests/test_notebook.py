@@ -4,10 +4,11 @@ kernelspec JupyterLab would write."""
 import nbformat
 import pytest
 
-from minirl import course, notebook
+from minirl.core import notebook
+from minirl.course import commands
 
 LOOP = """import time
-from minirl.notebook import progress
+from minirl.core.notebook import progress
 total = 0
 for i in progress(range(4), desc="steps"):
     time.sleep(0.3)
@@ -41,12 +42,12 @@ def test_progress_off_and_outside_jupyter_yields_every_item(monkeypatch):
 
 
 def test_refresh_stores_the_kernelspec_jupyterlab_writes():
-    spec = course.kernelspec()
+    spec = commands.kernelspec()
     assert spec["name"] == "python3" and spec["language"] == "python"
     assert spec["display_name"] == "Python 3 (ipykernel)"
 
 
-@pytest.mark.parametrize("path", course.lesson_paths([]), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
 def test_stored_lessons_hold_no_widget_state_or_views(path):
     """JupyterLab saves widget state with a notebook here (jupyterlab/overrides.json); a lesson saved
     from JupyterLab must go through `refresh` (which strips it) before it is committed."""

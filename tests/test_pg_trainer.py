@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import minirl
-from minirl import tasks
-from minirl.pg_trainer import ESTIMATORS, PGConfig, estimate_advantages, train_policy_gradient
+from minirl.train.pg import ESTIMATORS, PGConfig, estimate_advantages, train_policy_gradient
+from minirl.world import tasks
 
 
 @pytest.fixture(scope="module")

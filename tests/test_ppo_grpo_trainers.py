@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import minirl
-from minirl import tasks
-from minirl.evaluate import heldout_report
-from minirl.grpo_trainer import GRPOConfig, group_advantages, lr_factor, train_grpo, zero_advantage_fraction
-from minirl.ppo_trainer import PPO, PPOConfig, explained_variance, rlhf_rewards, train_ppo
+from minirl.train.grpo import GRPOConfig, group_advantages, lr_factor, train_grpo, zero_advantage_fraction
+from minirl.train.ppo import PPO, PPOConfig, explained_variance, rlhf_rewards, train_ppo
+from minirl.world import tasks
+from minirl.world.evaluate import heldout_report
 
 
 def test_rlhf_rewards_put_the_score_at_the_last_action_token():
@@ -89,7 +89,7 @@ def test_target_kl_on_an_updated_batch_takes_no_step():
     ppo = PPO(policy, PPOConfig(prompts_per_step=2, group_size=2, epochs=1, minibatches=1, lr=1e-3))
     rollout = minirl.sample(policy, task.train_prompts[:2], max_new_tokens=task.max_new_tokens, group_size=2,
                             generator=torch.Generator().manual_seed(0))
-    batch = ppo.score_batch(rollout, torch.tensor(minirl.rewards.arithmetic_reward(rollout.prompts, rollout.texts)))
+    batch = ppo.score_batch(rollout, torch.tensor(minirl.world.rewards.arithmetic_reward(rollout.prompts, rollout.texts)))
     assert ppo.update(rollout, batch, step=0)["updates"] == 1
     ppo.config = dataclasses.replace(ppo.config, target_kl=1e-5)
     again = ppo.update(rollout, batch, step=0)

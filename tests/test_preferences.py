@@ -10,7 +10,11 @@ from collections import defaultdict
 import pytest
 import torch
 
-from minirl import losses, preferences, rewards, world
+from minirl import losses
+
+from minirl.core import preferences
+from minirl.world import generate
+from minirl.world import rewards
 
 
 # ---------------------------------------------------------------- the loss
@@ -199,7 +203,7 @@ def test_expected_accuracy_and_ceiling_match_a_double_loop():
 
 
 def test_orders_ceiling_by_enumerating_every_pair():
-    texts, probs = world.order_distribution()
+    texts, probs = generate.order_distribution()
     u = [rewards.order_utility(t) for t in texts]
     total = norm = 0.0
     for i in range(len(texts)):

@@ -10,16 +10,19 @@ import pytest
 import torch
 
 import minirl
-from minirl import best_of_n as bon
-from minirl import overoptimization as over
-from minirl import rewards, rlhf, sft, tasks, world
-from minirl.critic import completion_values, from_reward_model
+from minirl.exact.mdp import MicroMDP
+from minirl.lm import sequences
+from minirl.lm.critic import completion_values, from_reward_model
+from minirl.lm.reward_head import load_reward_model
+from minirl.lm.tokenizer import PAD
 from minirl.losses import sft_loss
-from minirl.mdp import MicroMDP
-from minirl.ppo_trainer import PPOConfig, train_ppo
-from minirl.raft import RAFTConfig, train_raft, winner_tokens
-from minirl.reward_model import load_reward_model
-from minirl.tokenizer import PAD
+from minirl.train import best_of_n as bon
+from minirl.train import overoptimization as over
+from minirl.train import rlhf, sft
+from minirl.train.ppo import PPOConfig, train_ppo
+from minirl.train.raft import RAFTConfig, train_raft, winner_tokens
+from minirl.world import generate
+from minirl.world import rewards, tasks
 
 TINY_PPO = PPOConfig(steps=2, prompts_per_step=4, group_size=2, epochs=1, minibatches=1)
 DEMOS = [{"prompt": "order:", "completion": " one green tea please ."},
@@ -189,14 +192,14 @@ def response_nll_loop(model, items, include_prompt=False):
 
 
 def test_demo_tokens_are_prompt_completion_and_eos(enc):
-    items = sft.demo_tokens(DEMOS, enc)
+    items = sequences.demo_tokens(DEMOS, enc)
     for (seq, prompt_len), d in zip(items, DEMOS):
         prompt = enc.encode_ordinary(d["prompt"])
         assert seq == prompt + enc.encode_ordinary(d["completion"]) + [enc.eot_token] and prompt_len == len(prompt)
     with pytest.raises(ValueError, match="non-empty list"):
-        sft.demo_tokens([], enc)
+        sequences.demo_tokens([], enc)
     with pytest.raises(ValueError, match="'prompt' and 'completion'"):
-        sft.demo_tokens([{"prompt": "order:"}], enc)
+        sequences.demo_tokens([{"prompt": "order:"}], enc)
 
 
 def test_chosen_demos_are_the_chosen_sides():
@@ -205,7 +208,7 @@ def test_chosen_demos_are_the_chosen_sides():
 
 
 def test_response_batch_by_hand():
-    ids, mask = sft.response_batch([([1, 2, 3, 4], 2), ([5, 6], 1)], pad=9, device="cpu")
+    ids, mask = sequences.response_batch([([1, 2, 3, 4], 2), ([5, 6], 1)], pad=9, device="cpu")
     assert ids.tolist() == [[1, 2, 3, 4], [5, 6, 9, 9]]
     assert mask.tolist() == [[0, 1, 1], [1, 0, 0]]  # targets ids[:, 1:]: 3 and 4, then 6
 
@@ -213,7 +216,7 @@ def test_response_batch_by_hand():
 def test_sft_loss_is_the_mean_over_response_tokens_only(base, enc):
     """Ragged demos (prompts of 2, 5 and 9 tokens): the loss is the mean NLL of the response tokens
     and EOS; the mean over every token, prompt included, is a different number."""
-    items = sft.demo_tokens(DEMOS, enc)
+    items = sequences.demo_tokens(DEMOS, enc)
     with torch.no_grad():
         loss = sft.sft_loss_on(base, items, enc.encode_single_token(PAD)).item()
     response = [x for seq in response_nll_loop(base, items) for x in seq]
@@ -239,9 +242,9 @@ def test_sft_loss_keeps_junk_on_masked_positions_out():
 
 
 def test_sequence_logprobs_equal_the_unbatched_sum_over_response_tokens(base, enc):
-    items = sft.demo_tokens(DEMOS, enc)
+    items = sequences.demo_tokens(DEMOS, enc)
     with torch.no_grad():
-        batched = sft.tokenized_logprobs(base, items, enc.encode_single_token(PAD))
+        batched = sequences.tokenized_logprobs(base, items, enc.encode_single_token(PAD))
     alone = [-sum(seq) for seq in response_nll_loop(base, items)]
     assert batched.tolist() == pytest.approx(alone, abs=1e-4)
 
@@ -250,7 +253,7 @@ def test_train_sft_reports_the_masked_loss_and_lowers_it(enc):
     """One batch holds all three demos, so the first step's loss is the start's mean NLL of their
     response tokens, from the unbatched loop."""
     policy, pad = minirl.load_model("base"), enc.encode_single_token(PAD)
-    items = sft.demo_tokens(DEMOS, enc)
+    items = sequences.demo_tokens(DEMOS, enc)
     response = [x for seq in response_nll_loop(policy, items) for x in seq]
     start = sum(response) / len(response)
     history = sft.train_sft(policy, DEMOS, sft.SFTConfig(steps=3, batch_size=3, lr=1e-3), tokenizer=enc)
@@ -267,7 +270,7 @@ def test_train_sft_reports_the_masked_loss_and_lowers_it(enc):
 
 def test_valid_order_distribution_sums_to_one_and_matches_one_order_scored_alone(base, enc):
     texts, probs, mass = rlhf.valid_order_distribution(base, tokenizer=enc)
-    assert texts == world.order_distribution()[0] and probs.dtype == torch.float64
+    assert texts == generate.order_distribution()[0] and probs.dtype == torch.float64
     assert probs.sum().item() == pytest.approx(1.0, abs=1e-12) and 0.9 < mass <= 1.0
     i = max(range(len(texts)), key=lambda k: len(texts[k]))  # the longest order
     prompt = enc.encode_ordinary("order:")
@@ -495,7 +498,7 @@ def test_gold_pairs_never_pair_a_text_with_itself():
 def test_repeats_a_word():
     assert rlhf.repeats_a_word(" one coffee coffee .")
     assert not rlhf.repeats_a_word(" hi , one small coffee , please .")  # punctuation aside
-    assert not any(rlhf.repeats_a_word(t[len("order:"):]) for t in world.order_distribution()[0])
+    assert not any(rlhf.repeats_a_word(t[len("order:"):]) for t in generate.order_distribution()[0])
 
 
 def test_policy_report_against_its_own_samples(base, enc):

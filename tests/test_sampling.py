@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import minirl
-from minirl.model import GPT, GPTConfig, KVCache
-from minirl.sampling import completion_hidden, completion_logprobs, left_pad, positions_from_mask, sample_tokens
+from minirl.lm.model import GPT, GPTConfig, KVCache
+from minirl.lm.sampling import completion_hidden, completion_logprobs, left_pad, positions_from_mask, sample_tokens
 
 CONFIG = GPTConfig(vocab_size=13, n_ctx=40, n_embd=32, n_layer=2, n_head=4)
 EOS, PAD = 11, 12

@@ -126,7 +126,7 @@ def test_verl_reward_is_the_course_reward_on_verls_rows():
     from verl_data import verl_rows
     from verl_reward import compute_score
 
-    from minirl.rewards import arithmetic_reward
+    from minirl.world.rewards import arithmetic_reward
     rows = verl_rows("test")[:50]
     for row in rows:
         right, wrong = f" {row['reward_model']['ground_truth']}", f" {int(row['reward_model']['ground_truth']) + 1}"

@@ -1,4 +1,4 @@
-"""The static site (python -m minirl.site), checked in Chromium: built once into a temporary
+"""The static site (python -m minirl.course.site), checked in Chromium: built once into a temporary
 folder and served from 127.0.0.1, every page loads nothing from anywhere else, typesets its math
 with no TeX errors and no raw TeX left over, shows every plot, and has no broken link; one lesson
 opened from disk (file://) typesets too; the index lists every lesson and prev/next chain them.
@@ -20,8 +20,8 @@ import nbformat
 import pytest
 from browser import browser  # noqa: F401
 
-from minirl import course
-from minirl import site as course_site
+from minirl.course import commands
+from minirl.course import site as course_site
 
 pytestmark = pytest.mark.browser
 
@@ -79,12 +79,12 @@ def report(request, line: str) -> None:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, request):
-    """The site, built once into a temporary folder by minirl.site.build, and the student-safe one in
+    """The site, built once into a temporary folder by minirl.course.site.build, and the student-safe one in
     its student/ folder; reports their build times."""
     out = tmp_path_factory.mktemp("site")
     seconds = course_site.build(out)
     student = course_site.build(out / "student", student=True)
-    report(request, f"minirl.site.build: {len(PAGES) + len(GUIDES) + 1} pages in {seconds:.1f} s, the student site's in {student:.1f} s")
+    report(request, f"minirl.course.site.build: {len(PAGES) + len(GUIDES) + 1} pages in {seconds:.1f} s, the student site's in {student:.1f} s")
     return out
 
 
@@ -220,7 +220,7 @@ def test_index_lists_every_guide(pages):
 def solution_blocks(lesson) -> list[str]:
     """The text inside each of the lesson's code solution blocks."""
     return [block for cell in notebook(lesson).cells
-            for block in re.findall(rf"{re.escape(course.BEGIN)}.*?\n(.*?){re.escape(course.END)}", cell.source, re.S)]
+            for block in re.findall(rf"{re.escape(commands.BEGIN)}.*?\n(.*?){re.escape(commands.END)}", cell.source, re.S)]
 
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.name)
@@ -238,9 +238,9 @@ def test_the_student_site_shows_no_solution(built, lesson):
     inside = {line: sum(block.count(line) for block in blocks) for line in lines}
     assert lines and all(solved.count(line) >= inside[line] >= 1 for line in lines)
     assert {line: student.count(line) for line in lines} == {line: solved.count(line) - inside[line] for line in lines}
-    assert course.STUB in student
-    hunt = any(course.BEGIN_ANSWER in c.source for c in notebook(lesson).cells)
-    assert (course.ANSWER_STUB.strip("*()") in student) == hunt
+    assert commands.STUB in student
+    hunt = any(commands.BEGIN_ANSWER in c.source for c in notebook(lesson).cells)
+    assert (commands.ANSWER_STUB.strip("*()") in student) == hunt
 
 
 def test_prev_next_chain_through_the_lessons(pages):

@@ -94,14 +94,16 @@ def test_rlhf_pipeline_holds_on_more_seeds(seed):
     import statistics
 
     import minirl
-    from minirl import reward_model as rmod
-    from minirl import rlhf, tasks
-    from minirl.ppo_trainer import PPOConfig, train_ppo
+    from minirl.lm import reward_head
+    from minirl.train import reward_model as rmod
+    from minirl.train import rlhf
+    from minirl.world import tasks
+    from minirl.train.ppo import PPOConfig, train_ppo
 
     script = load_script("rlhf")
     lr = script.tuned_rates(script.read_rows("rlhf_tuning"))["ppo"]
     policy, sft = minirl.load_model("sft"), minirl.load_model("sft")
-    rm_fn = rmod.as_reward_fn(rmod.load_reward_model("rm_all"))
+    rm_fn = rmod.as_reward_fn(reward_head.load_reward_model("rm_all"))
     config = PPOConfig(steps=script.PIPELINE_STEPS, prompts_per_step=16, group_size=4, beta=script.PIPELINE_BETA, lr=lr,
                        seed=seed)
     window = []
@@ -130,7 +132,10 @@ def test_retraining_the_weakest_reward_model_reproduces_its_column():
     import torch
 
     import minirl
-    from minirl import preferences, rewards, rlhf, world
+    from minirl.world import generate
+    from minirl.core import preferences
+    from minirl.train import rlhf
+    from minirl.world import rewards
 
     script = load_script("rlhf")
     _, live = script.rm_scores_run(50, 1, str(SWEEPS))  # 50 pairs: nothing is saved (only all-pair models are)
@@ -138,7 +143,7 @@ def test_retraining_the_weakest_reward_model_reproduces_its_column():
     recorded = torch.tensor([r["rm_50_1"] for r in script.read_rows("rm_scores")], dtype=torch.float64)
     texts, _, _ = rlhf.valid_order_distribution(minirl.load_model("sft"))
     gold = torch.tensor([rewards.order_utility(t) for t in texts], dtype=torch.float64)
-    probs = torch.tensor(world.order_distribution()[1], dtype=torch.float64)
+    probs = torch.tensor(generate.order_distribution()[1], dtype=torch.float64)
     assert preferences.expected_accuracy(live, gold, probs) == pytest.approx(
         preferences.expected_accuracy(recorded, gold, probs), abs=0.02)
     assert torch.corrcoef(torch.stack([live, recorded]))[0, 1] > 0.7
@@ -174,7 +179,7 @@ def test_dpo_holds_on_more_seeds(seed):
     import statistics
 
     import minirl
-    from minirl import rlhf
+    from minirl.train import rlhf
 
     script = load_script("dpo")
     lr = script.tuned_rates(script.read_rows("dpo_tuning"))["dpo"]
@@ -193,7 +198,7 @@ def test_dpo_holds_on_more_seeds(seed):
 def test_gail_csvs_cover_every_job():
     """Lesson 10's sweep: every job has its rows, evaluated at the steps it promises; the
     discriminators' logits cover every plan."""
-    from minirl import world
+    from minirl.world import generate
     script = load_script("gail")
     tuning = script.read_rows("gail_tuning")
     assert [(r["run"], r["lr"], r["seed"]) for r in tuning] == [(run, lr, s) for run, _, s, lr in script.tuning_jobs()]
@@ -203,7 +208,7 @@ def test_gail_csvs_cover_every_job():
                         else (script.EVAL_EVERY, script.GRPO_CONFIG["steps"]))
         assert [r["step"] for r in evals if (r["run"], r["demos"], r["seed"], r["lr"]) == (run, n, seed, lr)] == \
             list(range(0, steps + 1, every))
-    plans, _ = world.expert_plan_distribution()
+    plans, _ = generate.expert_plan_distribution()
     disc = script.read_rows("gail_disc")
     assert [r["plan"] for r in disc] == [" ".join(p) for p in plans]
     assert all(isinstance(r["logit"], float) and isinstance(r["f"], float) for r in disc)
@@ -222,7 +227,7 @@ def test_gail_meets_its_target_on_three_seeds(seed):
     reward within 0.3 of the expert's. This re-runs each seed with the script and asserts exactly that,
     and that at least 95% of the final policy's mass is on plans. `make test` re-runs seed 0 (about 5
     minutes of one core); seeds 1 and 2 are marked `seeds` and run with `make seeds`."""
-    from minirl import gail
+    from minirl.train import gail
     script = load_script("gail")
     lr = script.tuned_rates(script.read_rows("gail_tuning"))["gail"]
     rows, _ = script.gail_run(max(script.DEMOS), seed, lr)

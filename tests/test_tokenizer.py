@@ -3,8 +3,8 @@ import pytest
 import tiktoken
 from tiktoken import _educational
 
-from minirl import tokenizer
-from minirl.tokenizer import SPLIT_PATTERN, build_encoding, load_tokenizer, train_bpe
+from minirl.lm import tokenizer
+from minirl.lm.tokenizer import SPLIT_PATTERN, build_encoding, load_tokenizer, train_bpe
 
 SMALL_TEXT = (
     "review: the plot was dull but the cast was very charming . "

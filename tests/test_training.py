@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import minirl
-from minirl import rewards, tasks
-from minirl.grpo_trainer import GRPOConfig, grpo_update, train_grpo
-from minirl.pg_trainer import PGConfig, train_policy_gradient
-from minirl.ppo_trainer import PPOConfig, train_ppo
+from minirl.train.grpo import GRPOConfig, grpo_update, train_grpo
+from minirl.train.pg import PGConfig, train_policy_gradient
+from minirl.train.ppo import PPOConfig, train_ppo
+from minirl.world import rewards, tasks
 
 TRAINERS = [
     (train_policy_gradient, PGConfig(steps=2, prompts_per_step=2, group_size=2)),

@@ -7,7 +7,7 @@ minirl.advantages and minirl.losses.grpo_loss on the same tensors. Our aggregati
 TRL's `loss_type`: sequence_mean = "grpo", token_mean = "bnpo" (and "dapo" within one batch),
 constant = "dr_grpo" with max_len = max_completion_length. DPO's loss lives in
 `DPOTrainer._compute_loss`; we build a real DPOTrainer too and compare it with minirl.losses.dpo_loss
-on log-probs from minirl.dpo.pair_logprobs.
+on log-probs from minirl.train.dpo.pair_logprobs.
 """
 import pytest
 import torch
@@ -17,10 +17,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWa
 pytest.importorskip("trl", reason="TRL is not installed: `pip install -c constraints.txt -e .[dev]` pins it")
 
 from minirl import advantages, losses  # noqa: E402
-from minirl.dpo import pair_logprobs  # noqa: E402
-from minirl.export import CONV1D, to_hf_gpt2  # noqa: E402
-from minirl.model import GPT, GPTConfig  # noqa: E402
+from minirl.lm.export import CONV1D, to_hf_gpt2  # noqa: E402
+from minirl.lm.model import GPT, GPTConfig  # noqa: E402
 from minirl.ops import token_logprobs  # noqa: E402
+from minirl.train.dpo import pair_logprobs  # noqa: E402
 from trl_tiny import dpo_trainer, random_prompts, special_ids, trainer, word_tokenizer  # noqa: E402
 
 VOCAB, G, PROMPTS, NEW = 64, 4, 3, 6
@@ -119,7 +119,7 @@ def ragged_pairs(n: int, seed: int = 3) -> list[dict]:
 def test_dpo_loss_matches_trl(loss_type, average, tmp_path):
     """One collated batch of ragged pairs, a reference and a policy that differ (so the margins are
     not zero): TRL's DPO loss and gradients equal minirl.losses.dpo_loss on log-probs from
-    minirl.dpo.pair_logprobs of our GPT with the same weights, and so do the implicit rewards TRL
+    minirl.train.dpo.pair_logprobs of our GPT with the same weights, and so do the implicit rewards TRL
     logs. 'sigmoid' takes summed log-probs. TRL's 'ipo' divides each side's log-ratio by its
     completion length (EOS included): our 'ipo' on per-token mean log-probs (average=True), whose
     rewards are TRL's divided by that length."""

@@ -6,12 +6,15 @@ import shutil
 
 import pytest
 
-from minirl import datasets, grammar, micro, paths, rewards, world
-from minirl.tokenizer import load_tokenizer
+from minirl.core import paths
+from minirl.exact import micro
+from minirl.lm.tokenizer import load_tokenizer
+from minirl.world import generate
+from minirl.world import datasets, grammar, rewards
 
 
 def test_rebuild_reproduces_the_committed_world(tmp_path):
-    world.build_world(tmp_path)
+    generate.build_world(tmp_path)
     root = paths.data_dir()
     for produced in sorted((tmp_path / "world").iterdir()):
         committed = root / "world" / produced.name
@@ -21,7 +24,7 @@ def test_rebuild_reproduces_the_committed_world(tmp_path):
 @pytest.mark.parametrize("family", grammar.FAMILIES)
 def test_every_corpus_document_parses(family):
     docs = datasets.load_corpus(family)
-    assert len(docs) == world.CORPUS_SIZES[family]
+    assert len(docs) == generate.CORPUS_SIZES[family]
     assert all(grammar.VALIDATORS[family](d) for d in docs)
 
 
@@ -92,7 +95,7 @@ def test_arithmetic_corpus_is_noisy_and_heldout_pairs_never_appear():
     docs = datasets.load_corpus("arithmetic")
     parsed = [tuple(map(int, grammar.ARITHMETIC.fullmatch(d).groups())) for d in docs]
     correct = sum(a + b == c for a, b, c in parsed) / len(parsed)
-    assert abs(correct - world.ARITHMETIC_P_CORRECT) < 0.01
+    assert abs(correct - generate.ARITHMETIC_P_CORRECT) < 0.01
     seen = {(a, b) for a, b, _ in parsed}
     test = datasets.load_prompts("arithmetic", "test")
     assert len(test) >= 200
@@ -109,7 +112,7 @@ def test_preferences_follow_the_hidden_utility():
 
 
 def test_demos_are_soft_optimal():
-    plans, probs = world.expert_plan_distribution()
+    plans, probs = generate.expert_plan_distribution()
     assert len(plans) == 6**4 and math.isclose(sum(probs), 1.0)
     demos = datasets.load_demos()
     true = rewards.plan_true_reward([d["prompt"] for d in demos], [d["completion"] for d in demos])
@@ -155,7 +158,7 @@ def test_missing_file_names_itself_and_the_fix(data_copy):
     (data_copy / "tokenizer.json").unlink()
     with pytest.raises(paths.DataError, match=r"data/tokenizer.json is missing.*python -m minirl.world"):
         paths.verified_path("tokenizer.json")
-    with pytest.raises(paths.DataError, match=r"checkpoints/base.pt is missing.*python -m minirl.pretrain"):
+    with pytest.raises(paths.DataError, match=r"checkpoints/base.pt is missing.*python -m minirl.train.pretrain"):
         paths.verified_path("checkpoints/base.pt")
 
 
@@ -172,7 +175,7 @@ def test_missing_data_dir_says_how_to_point_at_it(monkeypatch, tmp_path):
 def test_order_distribution_is_the_samplers():
     """Every valid order once, probabilities summing to 1, and the 20,000-order corpus within five
     standard errors of them on every order."""
-    texts, probs = world.order_distribution()
+    texts, probs = generate.order_distribution()
     assert len(texts) == len(set(texts)) == 3 * 4 * 7 * 4 * 3 and all(grammar.is_order(t) for t in texts)
     assert sum(probs) == pytest.approx(1.0)
     corpus = datasets.load_corpus("orders")
@@ -187,8 +190,8 @@ def test_absolute_scores_follow_their_noise_model():
     """Each annotator's scores regress on the utility with a slope near its scale (all positive),
     and the residual sd is near the per-score noise."""
     records = datasets.load_order_scores("train") + datasets.load_order_scores("test")
-    assert len(records) == world.N_SCORED_ORDERS
-    for k in range(world.N_SCORE_ANNOTATORS):
+    assert len(records) == generate.N_SCORED_ORDERS
+    for k in range(generate.N_SCORE_ANNOTATORS):
         mine = [(rewards.order_utility(r["prompt"] + r["completion"]), r["score"]) for r in records if r["annotator"] == k]
         mu, ms = sum(u for u, _ in mine) / len(mine), sum(s for _, s in mine) / len(mine)
         slope = sum((u - mu) * (s - ms) for u, s in mine) / sum((u - mu) ** 2 for u, _ in mine)

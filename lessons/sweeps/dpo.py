@@ -5,7 +5,7 @@ pairs, judged against the hidden gold utility. Recorded command:
     OMP_NUM_THREADS=1 python lessons/sweeps/dpo.py --only dpo 1.0 0  # one run, its eval rows printed
 
 Every run starts from the shipped SFT model, which is also its frozen reference (as lesson 08's
-PPO runs), and is judged by `minirl.rlhf.policy_report` on EVAL_SAMPLES fresh samples every
+PPO runs), and is judged by `minirl.train.rlhf.policy_report` on EVAL_SAMPLES fresh samples every
 EVAL_EVERY steps (gold, valid share, KL(pi || pi_sft), length), plus, on the same steps:
 `valid_mass`, the policy's total probability of the 1,008 valid orders (in their canonical
 tokens), `pair_mass`, its total probability of the distinct responses of the training pairs, and
@@ -17,7 +17,7 @@ over EVAL_SAMPLES samples of each, `rlhf.win_rate`). Runs (RUNS):
 - dpo         the sigmoid loss on the 2,250 training pairs, summed log-probs, at each beta of BETAS
 - dpo-mean    the same with per-token mean log-probs, at beta = MEAN_BETA (about beta times the
               mean response length, so the two start with comparable step sizes in reward units)
-- cdpo        conservative DPO, label smoothing = the world's label noise (`minirl.dpo.label_noise`)
+- cdpo        conservative DPO, label smoothing = the world's label noise (`minirl.train.dpo.label_noise`)
 - ipo         IPO's squared loss
 - simpo       SimPO (no reference), beta = SIMPO_BETA, gamma = SIMPO_GAMMA
 - online      online DPO: fresh pairs of the policy's own samples labelled by the gold annotator
@@ -25,7 +25,7 @@ over EVAL_SAMPLES samples of each, `rlhf.win_rate`). Runs (RUNS):
               steps) as one epoch of the offline pairs, which is the 'dpo' run at that step
 
 Each run's learning rate was chosen the same way before the sweep (dpo_tuning.csv): the one of
-its LEARNING_RATES with the best mean final gold over TUNING_SEEDS (`minirl.compare.choose_rate`),
+its LEARNING_RATES with the best mean final gold over TUNING_SEEDS (`minirl.core.compare.choose_rate`),
 at beta = MAIN_BETA for dpo; the reported seeds (SEEDS) are not among them. Every grid brackets
 its choice: the grids began at 3e-5, 1e-4, 3e-4, and a choice at an end extended that end (1e-3
 for dpo, dpo-mean, simpo and online; 1e-5 for cdpo and ipo); a choice at an end stops the sweep.
@@ -42,10 +42,12 @@ from pathlib import Path
 import torch
 
 import minirl
-from minirl import compare, datasets, dpo, rlhf
-from minirl.dpo import DPOConfig, train_dpo
-from minirl.reward_model import pair_tokens
-from minirl.tokenizer import PAD
+from minirl.core import compare
+from minirl.lm.sequences import pair_tokens
+from minirl.lm.tokenizer import PAD
+from minirl.train import dpo, rlhf
+from minirl.train.dpo import DPOConfig, train_dpo
+from minirl.world import datasets
 
 HERE = Path(__file__).parent
 SEEDS, TUNING_SEEDS = (0, 1, 2), (100, 101)
@@ -82,7 +84,7 @@ def config_for(run: str, beta: float, seed: int, lr: float) -> DPOConfig:
 @torch.no_grad()
 def sample_gold(policy, seed: int) -> list[float]:
     out = rlhf.order_samples(policy, EVAL_SAMPLES, seed)
-    return minirl.rewards.order_gold_reward(out.prompts, out.texts)
+    return minirl.world.rewards.order_gold_reward(out.prompts, out.texts)
 
 
 @torch.no_grad()

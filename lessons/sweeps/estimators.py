@@ -8,7 +8,7 @@ Recorded command (about 4 min on 2 cores):
     OMP_NUM_THREADS=1 python lessons/sweeps/estimators.py
 
 Rows go to estimators.csv beside this file. The lesson compares the estimators seed by seed with
-`minirl.compare.compare_seeds`.
+`minirl.core.compare.compare_seeds`.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 import minirl
-from minirl import tasks
-from minirl.pg_trainer import PGConfig, train_policy_gradient
+from minirl.train.pg import PGConfig, train_policy_gradient
+from minirl.world import tasks
 
 HERE = Path(__file__).parent
 SEEDS, LR, STEPS = (0, 1, 2, 3), 3e-4, 30

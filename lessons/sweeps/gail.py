@@ -30,7 +30,7 @@ rewards, set beside MaxEnt IRL's in the lesson.
 
 Learning rates are tuned the same way for both methods before the reported runs (gail_tuning.csv):
 each of its LEARNING_RATES on the TUNING_SEEDS with all demonstrations, the one with the lowest
-final KL averaged over them kept (`minirl.compare.choose_rate`; a choice at a grid's end stops the
+final KL averaged over them kept (`minirl.core.compare.choose_rate`; a choice at a grid's end stops the
 sweep: the grids first ended at the rates they chose and were extended: gail's choice, 1e-3, stood;
 bc's moved from 3e-4 to 1e-3, and its reported runs were re-run at 1e-3); the reported seeds (SEEDS)
 are not tuning seeds, and the
@@ -41,7 +41,7 @@ takes it a thousand GRPO updates (4 per step); a linear learning-rate decay sett
 after a 30-step warm-up (Hugging Face's usual tenth; not shown to matter here); GRPO's own KL
 penalty (beta 0.1) keeps it out of a trap that took 4 of the 12 recorded runs at beta 0 on 2,000
 demonstrations (3 of 5 at 1e-3, 1 of 5 at 3e-4, 0 of 2 at 1e-4; in the run inspected, every sample
-was a plan cut short: see `minirl.gail`); the discriminator's f reaches the right scale only after
+was a plan cut short: see `minirl.train.gail`); the discriminator's f reaches the right scale only after
 some 300 steps of 256 demonstrations, so it is warmed up that long against the base (for the 'airl'
 discriminator its target does not depend on the policy, so that time is not wasted); and a plain
 discriminator let the policy into text it scores arbitrarily.
@@ -58,9 +58,11 @@ from pathlib import Path
 import torch
 
 import minirl
-from minirl import compare, datasets, gail
-from minirl.grpo_trainer import GRPOConfig
-from minirl.sft import SFTConfig, train_sft
+from minirl.core import compare
+from minirl.train import gail
+from minirl.train.grpo import GRPOConfig
+from minirl.train.sft import SFTConfig, train_sft
+from minirl.world import datasets
 
 HERE = Path(__file__).parent
 SEEDS, TUNING_SEEDS, DEMOS = (0, 1, 2), (100, 101), (100, 2000)

@@ -7,13 +7,13 @@ PPO with one implementation detail switched off at a time. Recorded command:
 The comparison is kept fair:
 
 - the same reward for both: the lexicon score of the whole completion at its last token (the
-  reward function `minirl.rewards.review_proxy_reward`), minus beta * KL_t on every token (k1 to the
+  reward function `minirl.world.rewards.review_proxy_reward`), minus beta * KL_t on every token (k1 to the
   base model); REINFORCE sums it with reward-to-go, PPO with GAE and its critic;
 - the same data: every run starts from the base model on the reviews task (negative openings)
   and sees STEPS x 16 prompts x 4 completions;
 - learning rates chosen the same way for both, before the sweep: each method's rate is the one
   of its LEARNING_RATES with the best mean held-out gold at beta 0.3 over TUNING_SEEDS (lr_tuning.csv;
-  `minirl.compare.choose_rate`, and a choice at a grid's end stops the sweep: REINFORCE's grid,
+  `minirl.core.compare.choose_rate`, and a choice at a grid's end stops the sweep: REINFORCE's grid,
   first 3e-5..1e-3, was extended to 3e-3); the seeds the lesson reports (SEEDS) are not among them;
 - three seeds per point, every run reported (the lesson compares runs, not means).
 
@@ -33,12 +33,12 @@ from pathlib import Path
 import torch
 
 import minirl
-from minirl import compare
-from minirl.evaluate import heldout_report
-from minirl.pg_trainer import PGConfig, train_policy_gradient
-from minirl.ppo_trainer import PPOConfig, train_ppo
-from minirl.rewards import review_proxy_reward
-from minirl.tasks import reviews_task
+from minirl.core import compare
+from minirl.train.pg import PGConfig, train_policy_gradient
+from minirl.train.ppo import PPOConfig, train_ppo
+from minirl.world.evaluate import heldout_report
+from minirl.world.rewards import review_proxy_reward
+from minirl.world.tasks import reviews_task
 
 HERE = Path(__file__).parent
 STEPS, SEEDS, BETAS = 24, (0, 1, 2), (0.1, 0.3, 1.0)

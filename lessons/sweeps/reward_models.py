@@ -5,7 +5,7 @@ absolute scores. Recorded command:
     OMP_NUM_THREADS=1 python lessons/sweeps/reward_models.py                 # 42 runs: about 20 min on 2 cores
     OMP_NUM_THREADS=1 python lessons/sweeps/reward_models.py --only pairs 250 0 1   # one row, printed
 
-Every run is trained the same way (`minirl.reward_model.RMConfig()`: 300 steps of 32 items,
+Every run is trained the same way (`minirl.train.reward_model.RMConfig()`: 300 steps of 32 items,
 AdamW at 3e-4, from the base model's trunk), so a row differs from another only in its data:
 
 - kind 'pairs': `labels` preference pairs from the world's Bradley-Terry annotator
@@ -18,7 +18,7 @@ AdamW at 3e-4, from the base model's trunk), so a row differs from another only 
   comparison of two orders or a score of one.
 
 Each row is judged against the truth: the expected accuracy under the world's Bradley-Terry labels
-over the whole pair distribution (exact, `minirl.reward_model.order_report`), its calibration
+over the whole pair distribution (exact, `minirl.train.reward_model.order_report`), its calibration
 error, its correlation with the gold utility over the valid orders, the accuracy on the 750
 held-out pairs, and the scores of 200 invalid orders (`off_support_orders`): their mean in units
 of the valid orders' spread (z), and the share scored above the best valid order.
@@ -33,8 +33,9 @@ from pathlib import Path
 
 import torch
 
-from minirl import datasets
-from minirl import reward_model as rmod
+from minirl.lm import reward_head
+from minirl.train import reward_model as rmod
+from minirl.world import datasets
 
 HERE = Path(__file__).parent
 LABELS, SEEDS, IMITATION, IMITATION_LABELS = (50, 100, 250, 500, 1000, 2250), (0, 1, 2), 1.0, (250, 2250)
@@ -48,7 +49,7 @@ def off_support(rm) -> dict[str, float]:
     s, p = table["score"], table["probs"]
     mean = (p * s).sum()
     sd = (p * (s - mean) ** 2).sum().sqrt()
-    probe = rmod.score_texts(rm, rmod.off_support_orders())
+    probe = reward_head.score_texts(rm, rmod.off_support_orders())
     return {"off_support_z": ((probe - mean) / sd).mean().item(), "off_support_above_best": (probe > s.max()).double().mean().item()}
 
 

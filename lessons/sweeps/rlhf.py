@@ -6,13 +6,13 @@ reward models, measured against the hidden gold utility. Recorded command:
     OMP_NUM_THREADS=1 python lessons/sweeps/rlhf.py --runs hack-iterated   # re-run one run's jobs, rows replaced
 
 Every RL run starts from the shipped SFT model (`minirl.load_model("sft")`), which is also the
-reference its KL is measured against, and is judged the same way: `minirl.rlhf.policy_report`
+reference its KL is measured against, and is judged the same way: `minirl.train.rlhf.policy_report`
 on EVAL_SAMPLES fresh samples (gold, valid share, KL(pi || pi_sft) with the course's estimator,
 the reward model's normalized score as `proxy`, length, repetition). Jobs, by CSV:
 
 - rlhf_tuning.csv: each method's learning rate, chosen the same way before the sweep: the one of
   its LEARNING_RATES with the best mean final gold over TUNING_SEEDS (PPO at beta = PIPELINE_BETA for
-  TUNING_STEPS steps; RAFT for RAFT_ROUNDS rounds; `minirl.compare.choose_rate`, and a choice at a
+  TUNING_STEPS steps; RAFT for RAFT_ROUNDS rounds; `minirl.core.compare.choose_rate`, and a choice at a
   grid's end stops the sweep: RAFT's grid, first 3e-5..3e-4, was extended to 1e-3). The reported
   seeds (SEEDS) are not among them.
   Lesson 08's live pipeline run is PPO at PIPELINE_BETA for PIPELINE_STEPS steps: a point of the
@@ -32,7 +32,7 @@ the reward model's normalized score as `proxy`, length, repetition). Jobs, by CS
   metrics to rlhf_steps.csv.
 - best_of_n.csv: best-of-N from the SFT model against rm_all for each N of N_VALUES, BON_PICKS
   picks per seed: gold, valid, proxy of the picks, the KL bound log N - (N-1)/N and the plug-in
-  estimate (`minirl.best_of_n.kl_plugin_estimate`, 16,384 plain draws).
+  estimate (`minirl.train.best_of_n.kl_plugin_estimate`, 16,384 plain draws).
 - rm_scores.csv: reward models trained like lesson 07's (RMConfig(), base trunk) on LABELS pairs
   with SEEDS, normalized on base samples, and their scores of the 1,008 valid orders, one column
   per model: lesson 08 computes the exact over-optimization curves from them.
@@ -50,13 +50,17 @@ from pathlib import Path
 import torch
 
 import minirl
-from minirl import best_of_n as bon
-from minirl import compare, datasets, rlhf, world
-from minirl import reward_model as rmod
-from minirl.ppo_trainer import PPOConfig, train_ppo
-from minirl.raft import RAFTConfig, train_raft
-from minirl.tasks import orders_task, reward_scores
-from minirl.tokenizer import PAD
+from minirl.core import compare
+from minirl.lm import reward_head
+from minirl.lm.tokenizer import PAD
+from minirl.train import best_of_n as bon
+from minirl.train import rlhf
+from minirl.train import reward_model as rmod
+from minirl.train.ppo import PPOConfig, train_ppo
+from minirl.train.raft import RAFTConfig, train_raft
+from minirl.world import generate
+from minirl.world import datasets
+from minirl.world.tasks import orders_task, reward_scores
 
 HERE = Path(__file__).parent
 SEEDS, TUNING_SEEDS = (0, 1, 2), (100, 101)
@@ -103,7 +107,7 @@ def ensemble_fn(models: list, how: str):
 
 
 def load_rm(path: Path):
-    rm = rmod.RewardModel(minirl.GPT(minirl.GPTConfig()), minirl.load_tokenizer().encode_single_token(PAD))
+    rm = reward_head.RewardModel(minirl.GPT(minirl.GPTConfig()), minirl.load_tokenizer().encode_single_token(PAD))
     rm.load_state_dict(torch.load(path, weights_only=True))
     return rm.eval()
 
@@ -114,7 +118,7 @@ def ppo_run(run: str, beta: float, seed: int, lr: float, steps: int = STEPS, eva
     """One PPO run from the SFT model; (eval rows, step rows, iterated RLHF's round rows)."""
     torch.set_num_threads(1)
     policy, sft, base = minirl.load_model("sft"), minirl.load_model("sft"), minirl.load_model("base")
-    rm_all = rmod.load_reward_model("rm_all")
+    rm_all = reward_head.load_reward_model("rm_all")
     judge = rmod.as_reward_fn(rm_all)  # the proxy every run is judged by
     reward_fn, critic_from, pool, current, rounds = judge, None, None, rm_all, []
     if run == "ppo-rm-critic":
@@ -123,7 +127,7 @@ def ppo_run(run: str, beta: float, seed: int, lr: float, steps: int = STEPS, eva
         members = [rm_all] + [load_rm(Path(rm_dir) / f"rm_2250_{s}.pt") for s in (1, 2)]
         reward_fn = ensemble_fn(members, run.rsplit("-", 1)[1])
     elif run == "hack-iterated-continue":
-        current = rmod.load_reward_model("rm_all")  # a copy that is refitted; the judge stays rm_all
+        current = reward_head.load_reward_model("rm_all")  # a copy that is refitted; the judge stays rm_all
         reward_fn, pool = rmod.as_reward_fn(current), list(datasets.load_preferences("train"))
     elif run == "hack-iterated":
         current, rounds = iterated_reward_model(beta, seed, lr, sft, base)
@@ -151,8 +155,8 @@ def iterated_reward_model(beta: float, seed: int, lr: float, sft, base):
     steps from the SFT model against the current reward model; ITERATE_PAIRS of its samples against
     the SFT model's, labelled by the gold Bradley-Terry model; the reward model refitted on all the
     pairs so far). Returns the reward model and a row per round for iterated_rounds.csv."""
-    current, pool, rounds = rmod.load_reward_model("rm_all"), list(datasets.load_preferences("train")), []
-    judge = rmod.as_reward_fn(rmod.load_reward_model("rm_all"))
+    current, pool, rounds = reward_head.load_reward_model("rm_all"), list(datasets.load_preferences("train")), []
+    judge = rmod.as_reward_fn(reward_head.load_reward_model("rm_all"))
     for r in range(ITERATE_ROUNDS):
         policy = minirl.load_model("sft")
         config = dataclasses.replace(PPO, beta=beta, seed=seed, lr=lr, steps=ITERATE_ROUND_STEPS)
@@ -160,7 +164,7 @@ def iterated_reward_model(beta: float, seed: int, lr: float, sft, base):
         row = {"seed": seed, "round": r + 1, **{k: evaluate(policy, sft, judge)[k] for k in ("gold", "valid", "kl")}}
         fresh = rlhf.refit_on_own_samples(current, policy, pool, base, sft, ITERATE_PAIRS, seed * 1000 + r,
                                           dataclasses.replace(ITERATE_RM, seed=seed * 1000 + r))
-        mixed = [p for p in fresh if minirl.grammar.is_order("order:" + p["chosen"]) != minirl.grammar.is_order("order:" + p["rejected"])]
+        mixed = [p for p in fresh if minirl.world.grammar.is_order("order:" + p["chosen"]) != minirl.world.grammar.is_order("order:" + p["rejected"])]
         rounds.append(rounded({**row, "valid_vs_invalid_pairs": len(mixed) / len(fresh)}))
     return current, rounds
 
@@ -169,7 +173,7 @@ def raft_run(seed: int, lr: float, rounds: int = RAFT_ROUNDS) -> list[dict]:
     """RAFT from the SFT model against rm_all; an eval after every round."""
     torch.set_num_threads(1)
     policy, sft = minirl.load_model("sft"), minirl.load_model("sft")
-    judge = rmod.as_reward_fn(rmod.load_reward_model("rm_all"))
+    judge = rmod.as_reward_fn(reward_head.load_reward_model("rm_all"))
     head = {"run": "raft", "beta": 0.0, "seed": seed, "lr": lr}
     evals = [rounded({**head, "step": 0, **evaluate(policy, sft, judge)})]
     config = dataclasses.replace(RAFT, seed=seed, lr=lr, rounds=rounds)
@@ -191,12 +195,12 @@ def best_of_n_run(n: int, seed: int) -> dict:
     """BON_PICKS best-of-n picks from the SFT model against rm_all."""
     torch.set_num_threads(1)
     sft = minirl.load_model("sft")
-    judge = rmod.as_reward_fn(rmod.load_reward_model("rm_all"))
+    judge = rmod.as_reward_fn(reward_head.load_reward_model("rm_all"))
     picks = bon.best_of_n(sft, ["order:"] * BON_PICKS, n, judge, max_new_tokens=rlhf.MAX_NEW_TOKENS,
                           generator=torch.Generator().manual_seed(seed))
     plain = rlhf.order_samples(sft, BON_REFERENCE_DRAWS, seed=10_000 + seed)
     plain_scores = reward_scores(judge, plain).double()  # scored like the picks: from the sampled ids
-    gold = torch.tensor(minirl.rewards.order_gold_reward(["order:"] * BON_PICKS, picks.texts))
+    gold = torch.tensor(minirl.world.rewards.order_gold_reward(["order:"] * BON_PICKS, picks.texts))
     return rounded({"n": n, "seed": seed, "gold": gold.mean().item(), "valid": (gold > -2).double().mean().item(),
                     "proxy": picks.best_scores.mean().item(), "kl_bound": bon.kl_bound(n),
                     "kl_plugin": bon.kl_plugin_estimate(picks.best_scores, plain_scores, n)})
@@ -207,11 +211,11 @@ def rm_scores_run(labels: int, seed: int, rm_dir: str) -> tuple[str, list[float]
     samples; its normalized scores of the valid orders. Saved for the ensemble when it uses all pairs."""
     torch.set_num_threads(1)
     rm, _ = rmod.train_reward_model(rmod.subset(datasets.load_preferences("train"), labels, seed), rmod.RMConfig(seed=seed))
-    rmod.normalize(rm, minirl.load_model("base"))
+    reward_head.normalize(rm, minirl.load_model("base"))
     if labels == LABELS[-1]:
         torch.save(rm.state_dict(), Path(rm_dir) / f"rm_{labels}_{seed}.pt")
-    texts, _ = world.order_distribution()
-    return f"rm_{labels}_{seed}", [round(x, 5) for x in rmod.score_texts(rm, texts, normalized=True).tolist()]
+    texts, _ = generate.order_distribution()
+    return f"rm_{labels}_{seed}", [round(x, 5) for x in reward_head.score_texts(rm, texts, normalized=True).tolist()]
 
 
 # ---------------------------------------------------------------- the plan
@@ -294,8 +298,8 @@ def main() -> None:
     rm_dir = tempfile.mkdtemp(prefix="rlhf_rms_")
     with ProcessPoolExecutor(args.workers) as pool:
         scores = list(pool.map(rm_scores_run, *zip(*[(n, s, rm_dir) for n in LABELS for s in SEEDS])))
-        texts, _ = world.order_distribution()
-        gold = [minirl.rewards.order_utility(t) for t in texts]
+        texts, _ = generate.order_distribution()
+        gold = [minirl.world.rewards.order_utility(t) for t in texts]
         write_rows("rm_scores", ["order", "gold"] + [name for name, _ in scores],
                    [{"order": t, "gold": g, **{name: s[i] for name, s in scores}} for i, (t, g) in enumerate(zip(texts, gold))])
         tuning = list(pool.map(tuning_run, *zip(*tuning_jobs())))

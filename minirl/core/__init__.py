@@ -1,0 +1,17 @@
+"""The floor everything stands on: argument checks, the data's paths, progress bars, and the
+tensor functions of RL (no model, no world).
+
+    validate      argument checks, and the config classes' refusal of unknown options
+    paths         where the data lives, and the manifest that guards it
+    notebook      what a lesson's first cell calls (minirl.setup), and its progress bars
+    ops           masked reductions, per-token log-probs
+    kl            the k1, k2, k3 estimators of KL
+    advantages    returns, GAE, group baselines
+    losses        surrogate losses: policy gradient, PPO, GRPO, value, SFT, Bradley-Terry, DPO, GAIL
+    preferences   Bradley-Terry, Elo, rankings, accuracy ceilings
+    compare       comparing runs: verdicts only where seeds separate, reads at matched KL, late
+                  windows, learning rates chosen on a bracketing grid
+"""
+from . import advantages, compare, kl, losses, notebook, ops, paths, preferences, validate
+
+__all__ = ["advantages", "compare", "kl", "losses", "notebook", "ops", "paths", "preferences", "validate"]

@@ -1,0 +1,965 @@
+"""Exercise checkers: `minirl.check.<name>(student_fn)`.
+
+Each checker runs the student's function on a fixed set of cases, edge cases included, compares
+with a reference written independently of the student's path (exact arithmetic where possible),
+and prints one clear line: PASS with the tolerance every case met (not the difference itself,
+whose last digits change from one CPU to another), or FAIL with how many cases failed, then the
+first SHOWN of them (the FAIL line says when it shows fewer). It never raises, so a notebook with
+an unfinished exercise still runs to the end. It returns None on purpose: a returned value would
+be displayed after the PASS/FAIL line.
+
+Every failing case goes through one diagnosis step, `diagnose`: the checker's own traps (each a
+known wrong answer, with what it is and what to change), then two every checker shares, a flipped
+sign and a NaN or inf where the answer is a number. The first trap whose answer the student's
+matches on the case is named above it, in plain words. Handed minirl's own function (the lessons
+name it next to each exercise), a checker runs nothing and prints FAIL saying so: the exercise
+is the student's own code, and the package's function would pass it without teaching anything.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import itertools
+import math
+from fractions import Fraction
+from typing import Callable, NamedTuple
+
+import torch
+
+__all__ = [
+    "TOLERANCE", "SHOWN", "NOT_DONE", "PACKAGE_FUNCTION", "Trap", "SIGN_FLIP", "NOT_FINITE", "as_numbers",
+    "max_difference", "diagnose", "run_cases", "PASS_AT_K_CASES", "DISCOUNTED_RETURN_CASES",
+    "pass_at_k", "masked_mean", "discounted_return", "trajectory_log_prob", "exact_objective", "score_function",
+    "surrogate_loss", "reward_to_go", "reinforce_loss", "gae", "bias_and_variance", "clipped_objective",
+    "group_advantages", "kl_k3", "bradley_terry_loss", "elo_update", "accuracy_ceiling", "sft_loss", "select_best",
+    "best_of_n_kl_bound", "dpo_loss", "sequence_logprob", "soft_value_iteration", "gail_discriminator_loss",
+    "importance_weights", "positions_from_mask", "zero_model_states",
+]
+
+TOLERANCE = 1e-6
+SHOWN = 3  # failing cases printed; the FAIL line says how many there were in all
+NOT_DONE = "FAIL {name}: not implemented yet (replace `raise NotImplementedError` with your code)"
+PACKAGE_FUNCTION = ("FAIL {name}: this is the package's own {package}, not yours\n"
+                    "  The exercise asks for your code: pass the function you wrote in the cell.")
+
+
+def as_numbers(x) -> torch.Tensor:
+    """What a student function returned, as a float64 tensor, or a TypeError saying what it was."""
+    if x is None:
+        raise TypeError("returned None: did you forget to `return` the result?")
+    if isinstance(x, (list, tuple)) and any(isinstance(t, torch.Tensor) and t.dim() > 0 for t in x):
+        raise TypeError(f"returned a {type(x).__name__} of tensors: return one tensor (torch.stack the rows)")
+    try:
+        return torch.as_tensor(x.detach() if isinstance(x, torch.Tensor) else x, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"returned a {type(x).__name__}, not a number or a tensor of numbers") from None
+
+
+def max_difference(got, want) -> float:
+    """Largest difference, absolute where |want| <= 1 and relative above (a float32 answer to a
+    value near 1e6 is off by about 0.1); NaN in the same places counts as equal, elsewhere as inf."""
+    got, want = as_numbers(got), as_numbers(want)
+    if got.shape != want.shape:
+        raise ValueError(f"shape {tuple(got.shape)} but expected {tuple(want.shape)}")
+    if not torch.equal(torch.isnan(got), torch.isnan(want)):
+        return math.inf
+    both = ~torch.isnan(want)
+    if not both.any():
+        return 0.0
+    return float(((got[both] - want[both]).abs() / want[both].abs().clamp(min=1.0)).max())
+
+
+# ---------------------------------------------------------------- naming the trap
+class Trap(NamedTuple):
+    """A known mistake: `mistake` says what it is, `fix` what to change (a short line each), and
+    `spots(got, want, args)` whether the student's answer `got` on a case (its arguments `args`,
+    `want` the reference's answer, both float64 tensors) is this mistake's answer."""
+    mistake: str
+    fix: str
+    spots: Callable[[torch.Tensor, torch.Tensor, tuple], bool]
+
+
+def _same(got: torch.Tensor, wrong) -> bool:
+    """got equals `wrong` within TOLERANCE (False where the shapes differ)."""
+    try:
+        return max_difference(got, wrong) <= TOLERANCE
+    except (TypeError, ValueError):
+        return False
+
+
+def _gives(*wrong_fns) -> Callable:
+    """A trap's test: the answer is what one of wrong_fns (the reference with the mistake made)
+    returns on the case's arguments."""
+    return lambda got, want, args: any(_same(got, wrong(*copy.deepcopy(args))) for wrong in wrong_fns)
+
+
+def _not_finite(got: torch.Tensor, want: torch.Tensor, args) -> bool:
+    return bool((~torch.isfinite(got) & torch.isfinite(want)).any())
+
+
+def _forgot_mask(reference_fn, index: int) -> Trap:
+    """The trap of code that ignores the mask, argument `index`: its answer is the reference's with
+    the mask all ones, or, where the answer has the mask's shape, that times the mask (the padding
+    zeroed at the end but summed in on the way)."""
+    def unmasked(*args):
+        return reference_fn(*args[:index], torch.ones_like(args[index]), *args[index + 1:])
+
+    def zeroed_at_the_end(*args):
+        out, mask = as_numbers(unmasked(*args)), as_numbers(args[index])
+        return out * mask if out.shape == mask.shape else out
+    return Trap("The mask is ignored: positions where it is 0 (prompt or padding) count as real ones.",
+                "Leave them out, e.g. torch.where(mask.bool(), x, 0), and count only the mask's ones.",
+                _gives(unmasked, zeroed_at_the_end))
+
+
+SIGN_FLIP = Trap("A sign is flipped: every value is minus the reference's.",
+                 "Check each minus sign (a loss is minus the objective it maximises).",
+                 lambda got, want, args: _same(got, -want))
+NOT_FINITE = Trap("NaN or inf where the answer is a number.",
+                  "Look for a division by 0, a log of 0, an exp that overflows, or inf times a mask's 0 (NaN).",
+                  _not_finite)
+
+
+def diagnose(got, want, args: tuple, traps: tuple[Trap, ...] = ()) -> Trap | None:
+    """The first trap the student's answer `got` falls into on a case (arguments `args`, `want` the
+    reference's answer): the checker's own `traps` first, then SIGN_FLIP and NOT_FINITE; None if none."""
+    got, want = as_numbers(got), as_numbers(want)
+    return next((trap for trap in (*traps, SIGN_FLIP, NOT_FINITE) if trap.spots(got, want, args)), None)
+
+
+def _how_far(got, want, tolerance: float) -> str:
+    """A failing case's miss in numbers: where NaN or inf should not be, else the largest difference."""
+    got, want = as_numbers(got), as_numbers(want)
+    stray = int((~torch.isfinite(got) & torch.isfinite(want)).sum())
+    if stray:
+        return f"NaN or inf at {stray} of {want.numel()} values"
+    numbers = int((~torch.isnan(got) & torch.isnan(want)).sum())
+    if numbers:
+        return f"a number at {numbers} of {want.numel()} values where the answer is NaN"
+    return f"largest difference {max_difference(got, want):.1e} (tolerance {tolerance:.0e})"
+
+
+_HOMEWORK_NAMES = {f"minirl.core.{m}": f"minirl.{m}" for m in ("ops", "kl", "advantages", "losses")}  # as students import them
+
+
+def _package_function(fn) -> str | None:
+    """'minirl.<module>.<name>' where fn, under the checkers' own wrappers (functools.wraps) and any
+    functools.partial, is one of minirl's functions; None for anything else (a student's function)."""
+    fn = inspect.unwrap(fn)
+    while isinstance(fn, functools.partial):
+        fn = inspect.unwrap(fn.func)
+    module = getattr(fn, "__module__", None) or ""
+    if module != "minirl" and not module.startswith("minirl."):
+        return None
+    module = _HOMEWORK_NAMES.get(module, module)
+    return f"{module}.{getattr(fn, '__qualname__', getattr(fn, '__name__', type(fn).__name__))}"
+
+
+def _returning(student_fn, convert):
+    """student_fn with `convert` applied to what it returns; functools.wraps keeps student_fn
+    reachable (inspect.unwrap), so run_cases still sees whose function it is."""
+    @functools.wraps(student_fn)
+    def run(*args):
+        return convert(student_fn(*args))
+    return run
+
+
+def _report(name: str, failures: list[tuple[str, str, Trap | None]], n_cases: int) -> None:
+    """The FAIL line, then the first SHOWN failing cases, grouped under the trap each falls into."""
+    shown = failures[:SHOWN]
+    showing = f", showing {len(shown)}" if len(shown) < len(failures) else ""
+    print(f"FAIL {name}: {len(failures)} of {n_cases} cases wrong{showing}")
+    by_trap: dict[Trap | None, list[str]] = {}  # in order of first appearance
+    for label, how_far, trap in shown:
+        by_trap.setdefault(trap, []).append(f"{label}: {how_far}")
+    for trap, lines in by_trap.items():
+        if trap is None:
+            print("\n".join(f"  - {line}" for line in lines))
+        else:
+            print(f"  - {trap.mistake}\n    {trap.fix}")
+            print("\n".join(f"    case {line}" for line in lines))
+
+
+def run_cases(name: str, student_fn, reference_fn, cases: list[tuple[str, tuple]], tolerance: float = TOLERANCE,
+              traps: tuple[Trap, ...] = ()) -> None:
+    """Compare student_fn(*args) with reference_fn(*args) on each (label, args); print PASS/FAIL,
+    each failing case with the trap it falls into (`diagnose`, the checker's `traps` first).
+
+    Each function gets its own deep copy of the arguments, so a student function that changes its
+    inputs in place can neither corrupt the reference's inputs nor pass by zeroing them. minirl's
+    own function prints PACKAGE_FUNCTION's FAIL and runs no case.
+    """
+    package = _package_function(student_fn)
+    if package:
+        print(PACKAGE_FUNCTION.format(name=name, package=package))
+        return
+    failures = []  # (label, how far off, the trap it falls into or None)
+    for label, args in cases:
+        try:
+            got = student_fn(*copy.deepcopy(args))
+        except NotImplementedError:
+            print(NOT_DONE.format(name=name))
+            return
+        except Exception as e:  # a student's bug must not stop the notebook
+            failures.append((label, f"raised {type(e).__name__}: {e}", None))
+            continue
+        try:
+            want = reference_fn(*copy.deepcopy(args))
+            diff = max_difference(got, want)
+        except (ValueError, TypeError) as e:
+            failures.append((label, str(e), None))
+            continue
+        if not diff <= tolerance:
+            failures.append((label, _how_far(got, want, tolerance), diagnose(got, want, args, traps)))
+    if failures:
+        _report(name, failures, len(cases))
+        return
+    within = "equal to the reference" if tolerance == 0 else f"within {tolerance:.0e} of the reference"
+    print(f"PASS {name}: {len(cases)} cases, each {within}")
+
+
+# ---------------------------------------------------------------- lesson 00
+def _exact_pass_at_k(n: int, c: int, k: int) -> float:
+    """1 - C(n-c, k) / C(n, k) in exact rational arithmetic."""
+    return float(1 - Fraction(math.comb(n - c, k), math.comb(n, k)))
+
+
+PASS_AT_K_CASES = [
+    ("n=16, c=4, k=1", (16, 4, 1)),
+    ("n=16, c=4, k=8", (16, 4, 8)),
+    ("no correct sample (c=0)", (16, 0, 8)),
+    ("all correct (c=n)", (16, 16, 1)),
+    ("fewer wrong than k (n-c < k)", (16, 10, 8)),
+    ("k = n", (16, 1, 16)),
+    ("large n", (200, 3, 100)),
+    ("n=1", (1, 1, 1)),
+]
+
+
+def pass_at_k(student_fn) -> None:
+    """Check pass_at_k(n, c, k): the unbiased estimate of pass@k from n samples with c correct."""
+    plug_in = Trap("The plug-in 1 - (1 - c/n)^k: it underestimates pass@k.",
+                   "Use 1 - C(n-c, k) / C(n, k) (math.comb): the chance that k of the n include a correct one.",
+                   _gives(lambda n, c, k: 1 - (1 - c / n) ** k))
+    run_cases("pass_at_k", student_fn, _exact_pass_at_k, PASS_AT_K_CASES, traps=(plug_in,))
+
+
+def _loop_masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None):
+    """A plain float64 loop: the reference for masked_mean."""
+    x, mask = x.double(), mask.double()
+    if dim is None:
+        total = sum(float(a) * float(m) for a, m in zip(x.flatten(), mask.flatten()))
+        count = float(mask.sum())
+        return torch.tensor(total / count if count else math.nan, dtype=torch.float64)
+    out = []
+    for row_x, row_m in zip(x, mask):  # dim=1 on a 2-D tensor
+        count = float(row_m.sum())
+        out.append(sum(float(a) * float(m) for a, m in zip(row_x, row_m)) / count if count else math.nan)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def _masked_mean_cases() -> list[tuple[str, tuple]]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 6, generator=g)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]]).float()
+    big = x * 1e6
+    return [
+        ("all ones, dim=None", (x, torch.ones_like(x))),
+        ("padded rows, dim=None", (x, mask)),
+        ("padded rows, dim=1 (an all-padding row gives NaN)", (x, mask, 1)),
+        ("large values, dim=1", (big, mask, 1)),
+    ]
+
+
+def _mean_over_all_positions(x, mask, dim=None):
+    """sum(x * mask) divided by the number of positions, padding included: masked_mean's trap."""
+    x, mask = x.double(), mask.double()
+    return (x * mask).mean() if dim is None else (x * mask).mean(dim)
+
+
+def masked_mean(student_fn) -> None:
+    """Check masked_mean(x, mask, dim=None) = sum(x*mask)/sum(mask), NaN for an all-masked slice."""
+    traps = (_forgot_mask(_loop_masked_mean, 1),
+             Trap("The padding is zeroed but still counted: you divided by the number of positions.",
+                  "Divide by mask.sum() (along dim), the number of real positions.", _gives(_mean_over_all_positions)),
+             Trap("A number where the answer is NaN: a slice with no real position has no mean.",
+                  "Leave 0 / 0 = NaN there; do not replace it.",
+                  lambda got, want, args: bool((~torch.isnan(got) & torch.isnan(want)).any())))
+    run_cases("masked_mean", student_fn, _loop_masked_mean, _masked_mean_cases(), traps=traps)
+
+
+# ---------------------------------------------------------------- lesson 01
+def _loop_discounted_return(rewards: list[float], gamma: float) -> float:
+    total, discount = 0.0, 1.0
+    for r in rewards:
+        total += discount * r
+        discount *= gamma
+    return total
+
+
+DISCOUNTED_RETURN_CASES = [
+    ("one reward", ([1.0], 0.9)),
+    ("undiscounted", ([0.3, -0.2, 1.0], 1.0)),
+    ("discounted", ([0.3, -0.2, 1.0], 0.5)),
+    ("gamma = 0 keeps only the first reward", ([2.0, 5.0, 7.0], 0.0)),
+    ("a long sparse episode", ([0.0] * 30 + [1.0], 0.95)),
+]
+
+
+def discounted_return(student_fn) -> None:
+    """Check discounted_return(rewards, gamma) = sum_t gamma^t r_t."""
+    off_by_one = Trap("Off by one: the first reward is discounted too (gamma^(t+1) instead of gamma^t).",
+                      "Start the discount at gamma^0 = 1 for r_0.",
+                      _gives(lambda rewards, gamma: gamma * _loop_discounted_return(rewards, gamma)))
+    run_cases("discounted_return", student_fn, _loop_discounted_return, DISCOUNTED_RETURN_CASES, traps=(off_by_one,))
+
+
+def _micro_cases(with_completion: bool) -> list[tuple[str, tuple]]:
+    from ..exact.mdp import MicroMDP
+
+    mdp, discounted = MicroMDP(), MicroMDP(gamma=0.8)
+    g = torch.Generator().manual_seed(0)
+    random = torch.randn(mdp.shape, generator=g, dtype=torch.float64)
+    peaked = 6 * torch.randn(mdp.shape, generator=g, dtype=torch.float64)
+    uniform = torch.zeros(mdp.shape, dtype=torch.float64)
+    if not with_completion:
+        return [("uniform policy", (mdp, uniform)), ("random policy", (mdp, random)),
+                ("peaked policy", (mdp, peaked)), ("discounted, gamma 0.8", (discounted, random))]
+    eos = mdp.actions[-1]
+    return [("EOS at once", (mdp, random, "x", (eos,))), ("ends by EOS", (mdp, random, "y", ("a", "c", eos))),
+            ("truncated at K", (mdp, random, "x", ("b", "b", "a"))), ("peaked policy", (mdp, peaked, "y", ("c", eos)))]
+
+
+def trajectory_log_prob(student_fn) -> None:
+    """Check trajectory_log_prob(mdp, logits, prompt, completion) = sum_t log pi(a_t | s_t)."""
+    run_cases("trajectory_log_prob", student_fn, lambda mdp, logits, p, c: mdp.log_prob(logits, p, c).detach(),
+              _micro_cases(with_completion=True))
+
+
+def exact_objective(student_fn) -> None:
+    """Check exact_objective(mdp, logits) = J = mean over prompts of sum_tau pi(tau) R(tau)."""
+    run_cases("exact_objective", student_fn, lambda mdp, logits: mdp.objective(logits).detach(),
+              _micro_cases(with_completion=False))
+
+
+# ---------------------------------------------------------------- lesson 02
+def _autograd_score(mdp, logits, prompt, completion):
+    theta = logits.detach().clone().requires_grad_(True)
+    mdp.log_prob(theta, prompt, completion).backward()
+    return theta.grad
+
+
+def score_function(student_fn) -> None:
+    """Check score_function(mdp, logits, prompt, completion) = grad_theta log pi(tau), against autograd."""
+    run_cases("score_function", student_fn, _autograd_score,
+              _micro_cases(with_completion=True))
+
+
+def _surrogate_cases() -> list[tuple[str, tuple]]:
+    from ..exact.mdp import MicroMDP
+
+    mdp = MicroMDP()
+    logits = torch.randn(mdp.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    small = mdp.sample(logits, 8, torch.Generator().manual_seed(2))
+    large = mdp.sample(logits, 200, torch.Generator().manual_seed(3))
+    return [("8 episodes", (mdp, logits, small)), ("200 episodes", (mdp, logits, large)),
+            ("one episode", (mdp, logits, small[:1]))]
+
+
+def _surrogate_gradient(loss_fn):
+    """grad_theta of loss_fn(trajectory log-probs, returns) on the given episodes, negated (an ascent direction)."""
+    @functools.wraps(loss_fn)
+    def grad(mdp, logits, episodes):
+        theta = logits.detach().clone().requires_grad_(True)
+        logps = torch.stack([mdp.log_prob(theta, p, c) for p, c in episodes])
+        returns = torch.tensor([mdp.discounted_return(p, c) for p, c in episodes], dtype=logits.dtype)
+        loss_fn(logps, returns).backward()
+        return -theta.grad
+    return grad
+
+
+def surrogate_loss(student_fn) -> None:
+    """Check surrogate_loss(logps, returns): its gradient must be the REINFORCE estimate
+    (1/N) sum_i R_i grad log pi(tau_i) (negated: it is a loss to minimise)."""
+    def estimator(mdp, logits, episodes):
+        return torch.stack([mdp.discounted_return(p, c) * mdp.score(logits, p, c) for p, c in episodes]).mean(0)
+    run_cases("surrogate_loss", _surrogate_gradient(student_fn), estimator, _surrogate_cases())
+
+
+# ---------------------------------------------------------------- lesson 03
+def _loop_reward_to_go(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    out = torch.zeros(rewards.shape, dtype=torch.float64)
+    for i in range(rewards.size(0)):
+        running = 0.0
+        for t in reversed(range(rewards.size(1))):
+            if mask[i, t]:
+                running = float(rewards[i, t]) + gamma * running
+                out[i, t] = running
+    return out
+
+
+def _loop_running_sum(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """sum_{t'<=t} gamma^(t-t') r_t', from the row's start (a cumulative sum): reward-to-go's trap,
+    which is reward-to-go on the reversed rows."""
+    return _loop_reward_to_go(rewards.flip(1), mask.flip(1), gamma).flip(1)
+
+
+def _loop_total_return(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """The whole row's return G_0 on each of its tokens, 0 on padding."""
+    return _loop_reward_to_go(rewards, mask, gamma)[:, :1] * mask
+
+
+def _loop_reward_to_go_from_next(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """G_{t+1} stored at t: reward-to-go off by one."""
+    g = _loop_reward_to_go(rewards, mask, gamma)
+    return torch.cat([g[:, 1:], torch.zeros_like(g[:, :1])], dim=1) * mask
+
+
+_RUNNING_SUM = Trap("A running sum from the row's start (a cumsum): reward-to-go sums from t to the row's end.",
+                    "Sum backwards: loop t from the end (or flip, cumsum, flip back).",
+                    _gives(_loop_running_sum,
+                           lambda rewards, mask, gamma: _loop_running_sum(rewards, torch.ones_like(mask), gamma)))
+
+
+def _rtg_inputs():
+    """Rewards (3, 5); an all-ones mask; a mask of a full, an EOS-ended and a one-token row; the
+    rewards with junk (100) on that mask's padding."""
+    r = torch.randn(3, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    full = torch.ones(3, 5, dtype=torch.float64)
+    ragged = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.float64)
+    poisoned = r.clone()
+    poisoned[ragged == 0] = 100.0  # rewards on padding must be ignored
+    return r, full, ragged, poisoned
+
+
+def reward_to_go(student_fn) -> None:
+    """Check reward_to_go(rewards, mask, gamma): G_t = sum_{t'>=t} gamma^(t'-t) r_t' within each row, 0 on padding."""
+    r, full, ragged, poisoned = _rtg_inputs()
+    cases = [("no padding, gamma 1", (r, full, 1.0)), ("truncated and EOS rows, gamma 1", (r, ragged, 1.0)),
+             ("discounted, gamma 0.9", (r, ragged, 0.9)), ("junk on the padding", (poisoned, ragged, 1.0))]
+    off_by_one = Trap("Off by one: position t holds G_(t+1), the sum after r_t.",
+                      "Add r_t to the running sum before storing it at t.", _gives(_loop_reward_to_go_from_next))
+    run_cases("reward_to_go", student_fn, _loop_reward_to_go, cases,
+              traps=(_RUNNING_SUM, _forgot_mask(_loop_reward_to_go, 1), off_by_one))
+
+
+def _reinforce_loss_with(returns_fn):
+    """-(1/B) sum_i sum_t w_it log pi_it over the mask's tokens, w = returns_fn(rewards, mask, 1)."""
+    def loss(logprobs, rewards, mask):
+        return -(returns_fn(rewards, mask, 1.0) * logprobs * mask).sum(dim=1).mean()
+    return loss
+
+
+def _value_and_grad(loss_fn):
+    """loss_fn(logprobs, rewards, mask)'s value, then its gradient in logprobs, as one vector (1 + B*T,)."""
+    @functools.wraps(loss_fn)
+    def run(logprobs, rewards, mask):
+        lp = logprobs.detach().clone().requires_grad_(True)
+        loss = loss_fn(lp, rewards, mask)
+        loss.backward()
+        return torch.cat([loss.detach().reshape(1), lp.grad.flatten()])
+    return run
+
+
+def reinforce_loss(student_fn) -> None:
+    """Check reinforce_loss(logprobs, rewards, mask): value and gradient of the reward-to-go
+    surrogate -(1/B) sum_i sum_t G_it log pi(a_it | s_it)."""
+    r, full, ragged, poisoned = _rtg_inputs()
+    at_the_end = torch.zeros_like(r)
+    at_the_end[torch.arange(3), ragged.sum(1).long() - 1] = r[:, 0]  # one reward, on each row's last real token
+    lp = -torch.rand(3, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 3
+    cases = [("no padding (each token weighted by its reward-to-go)", (lp, r, full)),
+             ("EOS and padding (only the mask's tokens count)", (lp, r, ragged)),
+             ("one reward, on each row's last token (an outcome reward)", (lp, at_the_end, ragged)),
+             ("junk rewards on the padding", (lp, poisoned, ragged))]
+    reference = _value_and_grad(_reinforce_loss_with(_loop_reward_to_go))
+    whole_return = Trap("Every token weighted by the whole episode's return: token t's weight is the reward-to-go G_t.",
+                        "Sum the rewards from t to the row's end, not over the whole row.",
+                        _gives(_value_and_grad(_reinforce_loss_with(_loop_total_return))))
+    running_sum = _RUNNING_SUM._replace(spots=_gives(_value_and_grad(_reinforce_loss_with(_loop_running_sum))))
+    run_cases("reinforce_loss", _value_and_grad(student_fn), reference, cases,
+              traps=(_forgot_mask(reference, 2), whole_return, running_sum))
+
+
+# ---------------------------------------------------------------- lesson 04
+def _loop_gae(rewards, values, mask, gamma, lam):
+    out = torch.zeros(rewards.shape, dtype=torch.float64)
+    for i in range(rewards.size(0)):
+        n = int(mask[i].sum())
+        r, v = [float(x) for x in rewards[i, :n]], [float(x) for x in values[i, :n]]
+        deltas = [r[t] + gamma * (v[t + 1] if t + 1 < n else 0.0) - v[t] for t in range(n)]
+        for t in range(n):
+            out[i, t] = sum((gamma * lam) ** (j - t) * deltas[j] for j in range(t, n))
+    return out
+
+
+def _gae_cases() -> list[tuple[str, tuple]]:
+    g = torch.Generator().manual_seed(0)
+    r = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    v = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    ragged = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.float64)
+    junk_v = v.clone()
+    junk_v[ragged == 0] = 50.0  # values on padding must never be bootstrapped from
+    return [("lambda 1 (Monte Carlo advantage)", (r, v, ragged, 1.0, 1.0)), ("lambda 0 (one-step TD error)", (r, v, ragged, 1.0, 0.0)),
+            ("gamma 0.9, lambda 0.95", (r, v, ragged, 0.9, 0.95)), ("junk values on the padding", (r, junk_v, ragged, 1.0, 0.5))]
+
+
+def _loop_gae_values_shifted(rewards, values, mask, gamma, lam):
+    """GAE with each value read one token late (V(s_(t+1)) as V(s_t)): lesson 04's bug to hunt."""
+    masked = values * mask
+    return _loop_gae(rewards, torch.cat([masked[:, 1:], torch.zeros_like(masked[:, :1])], dim=1), mask, gamma, lam)
+
+
+def gae(student_fn) -> None:
+    """Check gae(rewards, values, mask, gamma, lam) -> advantages (B, T), 0 on padding, no bootstrap past a row's end."""
+    shifted = Trap("Off by one: each value is read one token late (V(s_(t+1)) used as V(s_t)).",
+                   "values[:, t] is V before token t: delta_t = r_t + gamma * values[:, t+1] - values[:, t].",
+                   _gives(_loop_gae_values_shifted))
+    run_cases("gae", _returning(student_fn, lambda out: out[0] if isinstance(out, (tuple, list)) else out),
+              _loop_gae, _gae_cases(), traps=(_forgot_mask(_loop_gae, 2), shifted))
+
+
+def _loop_bias_variance(terms, probs, exact):
+    mean = sum(float(p) * t.double() for p, t in zip(probs, terms))
+    bias = float((mean - exact).norm())
+    variance = sum(float(p) * float((t.double() - mean).pow(2).sum()) for p, t in zip(probs, terms))
+    return torch.tensor([bias, variance])
+
+
+def bias_and_variance(student_fn) -> None:
+    """Check bias_and_variance(terms, probs, exact) -> (|E g - exact|, E |g - E g|^2) for an estimator
+    taking the value terms[i] with probability probs[i]."""
+    g = torch.Generator().manual_seed(0)
+    terms = torch.randn(6, 4, 3, generator=g, dtype=torch.float64)
+    probs = torch.softmax(torch.randn(6, generator=g, dtype=torch.float64), 0)
+    exact = (probs[:, None, None] * terms).sum(0)
+    cases = [("unbiased estimator", (terms, probs, exact)), ("biased estimator", (terms + 0.3, probs, exact)),
+             ("a sure thing (one outcome)", (terms[:1], torch.ones(1, dtype=torch.float64), terms[0]))]
+    def pair(out):
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError(f"returned {type(out).__name__}: return the pair (bias, variance)")
+        return torch.tensor([float(x) for x in out])
+    run_cases("bias_and_variance", _returning(student_fn, pair), _loop_bias_variance, cases)
+
+
+# ---------------------------------------------------------------- lesson 05
+def _loop_clipped_objective(ratio, advantages, eps):
+    out = torch.zeros(ratio.shape, dtype=torch.float64)
+    for idx in itertools.product(*(range(n) for n in ratio.shape)):
+        r, a = float(ratio[idx]), float(advantages[idx])
+        clipped = min(max(r, 1 - eps), 1 + eps)
+        out[idx] = min(r * a, clipped * a)
+    return out
+
+
+def clipped_objective(student_fn) -> None:
+    """Check clipped_objective(ratio, advantages, eps) -> min(ratio A, clip(ratio, 1-eps, 1+eps) A), per token."""
+    g = torch.Generator().manual_seed(0)
+    ratio = torch.exp(0.5 * torch.randn(4, 6, generator=g, dtype=torch.float64))  # on both sides of the clip
+    adv = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    edges = torch.tensor([[0.8, 1.2, 1.0, 0.5, 3.0, 0.0]], dtype=torch.float64)  # the clip's edges, far outside
+    cases = [("random ratios and advantages", (ratio, adv, 0.2)),
+             ("positive advantages only", (ratio, adv.abs(), 0.2)),
+             ("negative advantages only", (ratio, -adv.abs(), 0.2)),
+             ("ratios on the edges, A = +1", (edges, torch.ones_like(edges), 0.2)),
+             ("ratios on the edges, A = -1", (edges, -torch.ones_like(edges), 0.2)),
+             ("zero advantages", (ratio, torch.zeros_like(ratio), 0.2)),
+             ("eps = 0.1", (ratio, adv, 0.1))]
+    run_cases("clipped_objective", student_fn, _loop_clipped_objective, cases)
+
+
+# ---------------------------------------------------------------- lesson 06
+def _loop_group_advantages(rewards, group_size, eps, ddof=1):
+    """ddof 1: the sample std (dividing by N - 1), the exercise's; 0: the population std (N), its trap."""
+    out = []
+    values = [float(r) for r in rewards]
+    for start in range(0, len(values), group_size):
+        group = values[start : start + group_size]
+        mean = sum(group) / len(group)
+        std = math.sqrt(sum((r - mean) ** 2 for r in group) / (len(group) - ddof))
+        out += [(r - mean) / (std + eps) for r in group]
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def _no_eps_group_advantages(rewards, group_size, eps):
+    """(r - group mean) / sample std, eps left out: NaN for a group of equal rewards."""
+    g = rewards.double().view(-1, group_size)
+    return ((g - g.mean(dim=1, keepdim=True)) / g.std(dim=1, keepdim=True)).reshape(-1)
+
+
+def group_advantages(student_fn) -> None:
+    """Check group_advantages(rewards, group_size, eps) -> (r - group mean) / (sample std + eps), groups consecutive."""
+    g = torch.Generator().manual_seed(0)
+    cases = [("one group of 8", (torch.randn(8, generator=g, dtype=torch.float64), 8, 1e-4)),
+             ("three groups of 4", (torch.randn(12, generator=g, dtype=torch.float64), 4, 1e-4)),
+             ("0/1 rewards, one group all correct", (torch.tensor([1.0, 0, 1, 0, 1, 1, 1, 1], dtype=torch.float64), 4, 1e-4)),
+             ("a group of all-equal rewards (zero, not NaN)", (torch.full((4,), 3.0, dtype=torch.float64), 4, 1e-4)),
+             ("groups of 2", (torch.tensor([0.0, 1.0, 5.0, -5.0], dtype=torch.float64), 2, 1e-4)),
+             ("large rewards", (1e3 * torch.randn(8, generator=g, dtype=torch.float64), 4, 1e-4))]
+    # The population std is the sample std times sqrt((G-1)/G), so advantages divided by it come out
+    # sqrt(G/(G-1)) times the right ones (1.07 for G = 8, 1.15 for 4, 1.41 for 2), eps aside.
+    traps = (Trap("NaN or inf where the advantage is 0: a group of equal rewards has std 0.",
+                  "Add eps to the std before dividing: 0 / eps = 0.", _not_finite),
+             Trap("The population std (divides by G), not the sample std (G - 1): advantages sqrt(G/(G-1)) too large.",
+                  "Use .std() (unbiased, torch's default), not .std(unbiased=False) or correction=0.",
+                  _gives(lambda rewards, group_size, eps: _loop_group_advantages(rewards, group_size, eps, ddof=0))),
+             Trap("eps is missing: you divided by the std alone.", "Divide by (std + eps).", _gives(_no_eps_group_advantages)))
+    run_cases("group_advantages", student_fn, _loop_group_advantages, cases, traps=traps)
+
+
+def _loop_k3(logp, ref_logp):
+    out = torch.zeros(logp.shape, dtype=torch.float64)
+    for idx in itertools.product(*(range(n) for n in logp.shape)):
+        q_over_p = math.exp(float(ref_logp[idx]) - float(logp[idx]))
+        out[idx] = q_over_p - 1 - math.log(q_over_p)
+    return out
+
+
+def kl_k3(student_fn) -> None:
+    """Check kl_k3(logp, ref_logp) -> q/p - 1 - log(q/p) per token, p = pi_theta, q = pi_ref."""
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 3
+    ref = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 3
+    cases = [("random log-probs", (logp, ref)), ("the same policy (0)", (logp, logp.clone())),
+             ("reference far less likely", (logp, logp - 5.0)), ("reference far more likely", (logp - 5.0, logp)),
+             ("one token", (logp[:1, :1], ref[:1, :1]))]
+    upside_down = Trap("The ratio upside down: p/q, where k3 uses q/p = exp(ref_logp - logp).",
+                       "k3 = q/p - 1 - log(q/p), p = pi_theta, q = pi_ref.", _gives(lambda logp, ref: _loop_k3(ref, logp)))
+    run_cases("kl_k3", student_fn, _loop_k3, cases, traps=(upside_down,))
+
+
+# ---------------------------------------------------------------- lesson 07
+def _loop_bt_loss(chosen, rejected, labels):
+    total = 0.0
+    for c, r, y in zip(chosen.tolist(), rejected.tolist(), labels.tolist()):
+        d = c - r
+        log_p = -math.log1p(math.exp(-d)) if d > -30 else d  # log sigmoid(d)
+        log_q = -math.log1p(math.exp(d)) if d < 30 else -d  # log sigmoid(-d)
+        total -= y * log_p + (1 - y) * log_q
+    return total / len(chosen)
+
+
+def bradley_terry_loss(student_fn) -> None:
+    """Check bradley_terry_loss(chosen, rejected, labels) -> mean of -[y log sigmoid(r_c - r_r) + (1 - y) log sigmoid(r_r - r_c)]."""
+    g = torch.Generator().manual_seed(0)
+    c, r = torch.randn(8, generator=g, dtype=torch.float64), torch.randn(8, generator=g, dtype=torch.float64)
+    ones = torch.ones(8, dtype=torch.float64)
+    cases = [("hard labels (y = 1)", (c, r, ones)),
+             ("ties (y = 1/2)", (c, r, ones / 2)),
+             ("a mix of wins, ties and losses", (c, r, torch.tensor([1, 0.5, 0, 1, 1, 0.5, 0, 1], dtype=torch.float64))),
+             ("equal rewards: log 2", (c, c.clone(), ones)),
+             ("large reward gaps (no overflow)", (50 * c, -50 * c, ones / 2)),
+             ("one pair", (c[:1], r[:1], ones[:1]))]
+    run_cases("bradley_terry_loss", student_fn, _loop_bt_loss, cases)
+
+
+def _loop_elo_update(rating_a, rating_b, score_a, k):
+    expected = 1.0 / (1.0 + 10.0 ** ((rating_b - rating_a) / 400.0))
+    return torch.tensor([rating_a + k * (score_a - expected), rating_b - k * (score_a - expected)], dtype=torch.float64)
+
+
+def elo_update(student_fn) -> None:
+    """Check elo_update(rating_a, rating_b, score_a, k) -> (new_a, new_b) on the 400-point scale."""
+    cases = [("equal players, a wins", (1500.0, 1500.0, 1.0, 32.0)),
+             ("favourite wins", (1800.0, 1400.0, 1.0, 32.0)),
+             ("upset", (1400.0, 1800.0, 1.0, 32.0)),
+             ("a draw", (1600.0, 1500.0, 0.5, 16.0)),
+             ("a loses", (1500.0, 1500.0, 0.0, 24.0))]
+    run_cases("elo_update", _returning(student_fn, lambda out: torch.as_tensor(out, dtype=torch.float64)),
+              _loop_elo_update, cases)
+
+
+def _loop_ceiling(utilities, probs):
+    num = norm = 0.0
+    for i, (ui, pi) in enumerate(zip(utilities.tolist(), probs.tolist())):
+        for j, (uj, pj) in enumerate(zip(utilities.tolist(), probs.tolist())):
+            if i != j:
+                num += pi * pj / (1 + math.exp(-abs(ui - uj)))
+                norm += pi * pj
+    return num / norm
+
+
+def accuracy_ceiling(student_fn) -> None:
+    """Check accuracy_ceiling(utilities, probs) -> E[sigmoid(|u_i - u_j|)] over pairs of two different
+    items drawn independently with probabilities probs."""
+    g = torch.Generator().manual_seed(0)
+    u = torch.randn(6, generator=g, dtype=torch.float64)
+    p = torch.rand(6, generator=g, dtype=torch.float64)
+    p /= p.sum()
+    cases = [("six items", (u, p)), ("uniform probabilities", (u, torch.full((6,), 1 / 6, dtype=torch.float64))),
+             ("two items", (u[:2], torch.tensor([0.3, 0.7], dtype=torch.float64))),
+             ("equal utilities: 1/2", (torch.zeros(4, dtype=torch.float64), torch.full((4,), 0.25, dtype=torch.float64))),
+             ("one item far better", (torch.tensor([5.0, 0.0, 0.0], dtype=torch.float64), torch.tensor([0.1, 0.45, 0.45], dtype=torch.float64)))]
+    run_cases("accuracy_ceiling", student_fn, _loop_ceiling, cases)
+
+
+# ---------------------------------------------------------------- lesson 08
+def _loop_sft_loss(logits, tokens, mask):
+    total = count = 0.0
+    for b in range(tokens.size(0)):
+        for t in range(tokens.size(1)):
+            if mask[b, t]:
+                row = [float(x) for x in logits[b, t]]
+                top = max(row)
+                log_z = top + math.log(sum(math.exp(x - top) for x in row))
+                total -= row[int(tokens[b, t])] - log_z
+                count += 1
+    return total / count
+
+
+def _loop_sft_loss_per_row(logits, tokens, mask):
+    """Each row's mean negative log-likelihood, then their mean: sft_loss's trap."""
+    rows = range(tokens.size(0))
+    return sum(_loop_sft_loss(logits[b:b + 1], tokens[b:b + 1], mask[b:b + 1]) for b in rows) / len(rows)
+
+
+def sft_loss(student_fn) -> None:
+    """Check sft_loss(logits, tokens, mask) -> mean negative log-likelihood of the tokens where mask
+    is 1 (the response), over all of them; the prompt and the padding (mask 0) are never targets."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 7, generator=g, dtype=torch.float64)
+    tokens = torch.randint(0, 7, (3, 5), generator=g)
+    response = torch.tensor([[0, 0, 1, 1, 1], [0, 1, 1, 0, 0], [0, 0, 0, 1, 1]], dtype=torch.float64)
+    loud_prompt = logits.clone()
+    loud_prompt[:, :2] *= 40  # confident, wrong predictions where the prompt is: counting them moves the loss a lot
+    cases = [("prompt masked out", (logits, tokens, response)),
+             ("a confident prompt that must not count", (loud_prompt, tokens, response)),
+             ("an all-padding tail", (logits, tokens, torch.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]],
+                                                                   dtype=torch.float64))),
+             ("every token a target", (logits, tokens, torch.ones(3, 5, dtype=torch.float64))),
+             ("one response token", (logits[:1], tokens[:1], torch.tensor([[0, 0, 0, 0, 1]], dtype=torch.float64)))]
+    per_row = Trap("A mean per row, then over rows: a row with few response tokens weighs as much as a long one.",
+                   "Average over all response tokens at once: the masked sum divided by mask.sum().",
+                   _gives(_loop_sft_loss_per_row))
+    run_cases("sft_loss", student_fn, _loop_sft_loss, cases, traps=(_forgot_mask(_loop_sft_loss, 2), per_row))
+
+
+def _loop_select_best(scores, n):
+    picks = []
+    for start in range(0, len(scores), n):
+        group = [float(s) for s in scores[start:start + n]]
+        picks.append(start + group.index(max(group)))
+    return torch.tensor(picks, dtype=torch.float64)
+
+
+def select_best(student_fn) -> None:
+    """Check select_best(scores, n) -> the index into scores of each group's best, groups being
+    consecutive blocks of n; a tie goes to the first of the tied draws."""
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(12, generator=g, dtype=torch.float64)
+    cases = [("three groups of four", (s, 4)), ("two groups of six", (s, 6)),
+             ("n = 1: every draw is its own best", (s, 1)),
+             ("ties go to the first", (torch.tensor([1.0, 3.0, 3.0, 0.0, 2.0, 2.0], dtype=torch.float64), 3)),
+             ("all scores negative", (-s.abs(), 3)),
+             ("all equal", (torch.zeros(8, dtype=torch.float64), 4))]
+    within_group = Trap("The index within each group, not the index into scores.",
+                        "Add each group's start (group number times n) to its argmax.",
+                        _gives(lambda s, n: _loop_select_best(s, n) - torch.arange(0, len(s), n)))
+    run_cases("select_best", _returning(student_fn, as_numbers), _loop_select_best, cases, tolerance=0.0,
+              traps=(within_group,))
+
+
+def best_of_n_kl_bound(student_fn) -> None:
+    """Check best_of_n_kl_bound(n) -> log N - (N - 1)/N, the KL of best-of-N with continuous rewards."""
+    cases = [(f"N = {n}", (n,)) for n in (1, 2, 4, 16, 100, 10_000)]
+    log_n = Trap("log N alone: the often quoted bound, above the KL of best-of-N.", "Subtract (N - 1)/N.",
+                 _gives(lambda n: math.log(n)))
+    run_cases("best_of_n_kl_bound", student_fn, lambda n: math.log(n) - (n - 1) / n, cases, traps=(log_n,))
+
+
+# ---------------------------------------------------------------- lesson 09
+def _loop_dpo(pc, pr, rc, rr, beta):
+    """loss, then the chosen and the rejected implicit rewards, as one vector (1 + 2B,)."""
+    total, chosen, rejected = 0.0, [], []
+    for a, b, c, d in zip(pc.tolist(), pr.tolist(), rc.tolist(), rr.tolist()):
+        h = beta * ((a - c) - (b - d))
+        total += math.log1p(math.exp(-h)) if h > -30 else -h  # -log sigmoid(h)
+        chosen.append(beta * (a - c))
+        rejected.append(beta * (b - d))
+    return torch.tensor([total / len(chosen)] + chosen + rejected, dtype=torch.float64)
+
+
+def _flat_dpo(out):
+    if not isinstance(out, tuple) or len(out) != 3:
+        raise TypeError("return three things: (loss, chosen_rewards, rejected_rewards)")
+    loss, chosen, rejected = (as_numbers(x) for x in out)
+    return torch.cat([loss.reshape(1), chosen.reshape(-1), rejected.reshape(-1)])
+
+
+def dpo_loss(student_fn) -> None:
+    """Check dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta) -> (loss,
+    chosen_rewards, rejected_rewards): the mean over pairs of -log sigmoid(beta * h), h the
+    log-ratio margin, and the implicit rewards beta * (log pi - log pi_ref) of each side."""
+    g = torch.Generator().manual_seed(0)
+    pc, pr, rc, rr = (-4 * torch.rand(6, generator=g, dtype=torch.float64) for _ in range(4))
+    cases = [("six pairs, beta = 0.1", (pc, pr, rc, rr, 0.1)),
+             ("beta = 2", (pc, pr, rc, rr, 2.0)),
+             ("the policy is the reference: log 2, rewards 0", (pc, pr, pc.clone(), pr.clone(), 0.5)),
+             ("a margin of -1000 (log sigmoid, not log of sigmoid)", (pc - 1000, pr, rc, rr, 1.0)),
+             ("one pair", (pc[:1], pr[:1], rc[:1], rr[:1], 0.3))]
+    log_of_sigmoid = Trap("NaN or inf: log(sigmoid(h)) is log 0 for a margin far below 0.",
+                          "Use F.logsigmoid(h) (or -F.softplus(-h)).", _not_finite)
+    run_cases("dpo_loss", _returning(student_fn, _flat_dpo), _loop_dpo, cases, traps=(log_of_sigmoid,))
+
+
+def _loop_sequence_logprob(logprobs, mask):
+    return torch.tensor([sum(float(x) for x, m in zip(row, mrow) if m) for row, mrow in zip(logprobs, mask)],
+                        dtype=torch.float64)
+
+
+def sequence_logprob(student_fn) -> None:
+    """Check sequence_logprob(logprobs, mask) -> (B,) the sum of each row's log-probs where mask is 1."""
+    g = torch.Generator().manual_seed(0)
+    x = -3 * torch.rand(3, 5, generator=g, dtype=torch.float64)
+    ragged = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.float64)
+    junk = x.clone()
+    junk[ragged == 0] = -math.inf  # a padded position can hold -inf (log 0): it must not reach the sum
+    cases = [("ragged rows", (x, ragged)),
+             ("-inf on the padding", (junk, ragged)),
+             ("no padding", (x, torch.ones(3, 5, dtype=torch.float64))),
+             ("an all-padding tail after one token", (x[2:], ragged[2:]))]
+    times_mask = Trap("NaN where the sum is a number: -inf times the mask's 0 is NaN.",
+                      "Select with torch.where(mask.bool(), logprobs, 0) instead of multiplying by the mask.", _not_finite)
+    run_cases("sequence_logprob", student_fn, _loop_sequence_logprob, cases,
+              traps=(_forgot_mask(_loop_sequence_logprob, 1), times_mask))
+
+
+def _log_sum_exp(values: list[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def _enumerated_soft_q(mdp, rewards, pool=_log_sum_exp):
+    """Q(s, a) = r(s, a) + log of the sum, over every way to finish the episode after a, of
+    exp(the rewards still to come): each completion through (s, a) listed and summed, no recursion.
+    pool=max gives the hard Q of plain value iteration instead, the trap."""
+    r = rewards.tolist()
+    q = torch.zeros(tuple(rewards.shape), dtype=torch.float64)
+    for s, (prompt, prefix) in enumerate(mdp.states):
+        t0 = len(prefix)
+        for a, action in enumerate(mdp.actions):
+            through = [c for c in mdp.completions if len(c) > t0 and c[:t0] == prefix and c[t0] == action]
+            to_go = [sum(r[mdp.state_index[(prompt, c[:t])]][mdp.actions.index(c[t])] for t in range(t0, len(c)))
+                     for c in through]
+            q[s, a] = pool(to_go)
+    return q
+
+
+def soft_value_iteration(student_fn) -> None:
+    """Check soft_value_iteration(mdp, rewards) -> Q (n_states, n_actions): Q(s, a) = r(s, a) + V(s'),
+    V(s) = log sum_a exp Q(s, a), 0 after the episode ends."""
+    from ..exact.imitation import reward_table
+    from ..exact.mdp import MicroMDP
+    g = torch.Generator().manual_seed(0)
+    world, long = MicroMDP(), MicroMDP(horizon=4)
+    cases = [("the world's rewards, horizon 3", (world, reward_table(world))),
+             ("random rewards, horizon 4", (long, torch.randn(long.shape, generator=g, dtype=torch.float64))),
+             ("rewards of +-300 (log-sum-exp, not the log of a sum of exp)",
+              (world, 300 * torch.randn(world.shape, generator=g, dtype=torch.float64))),
+             ("horizon 1: one action ends the episode", (MicroMDP(horizon=1), torch.randn(MicroMDP(horizon=1).shape,
+                                                                                          generator=g, dtype=torch.float64)))]
+    hard_max = Trap("A hard max: V(s) = max_a Q(s, a) is plain value iteration.",
+                    "Soft: V(s) = log sum_a exp Q(s, a) (torch.logsumexp).",
+                    _gives(lambda mdp, rewards: _enumerated_soft_q(mdp, rewards, pool=max)))
+    run_cases("soft_value_iteration", student_fn, _enumerated_soft_q, cases, traps=(hard_max,))
+
+
+def _loop_gail_loss(expert_logits, policy_logits):
+    def neg_log_sigmoid(x):  # -log(1 / (1 + e^-x)), written to stay finite for large |x|
+        return math.log1p(math.exp(-x)) if x > 0 else -x + math.log1p(math.exp(x))
+    e = [neg_log_sigmoid(x) for x in expert_logits.tolist()]
+    p = [neg_log_sigmoid(-x) for x in policy_logits.tolist()]
+    return 0.5 * (sum(e) / len(e) + sum(p) / len(p))
+
+
+def gail_discriminator_loss(student_fn) -> None:
+    """Check gail_discriminator_loss(expert_logits, policy_logits) -> the scalar
+    1/2 [mean of -log D on the expert's + mean of -log(1 - D) on the policy's], D = sigmoid(logit)."""
+    g = torch.Generator().manual_seed(0)
+    e, p = torch.randn(7, generator=g, dtype=torch.float64), torch.randn(3, generator=g, dtype=torch.float64)
+    cases = [("7 expert against 3 policy samples (each class's own mean)", (e, p)),
+             ("D = 1/2 everywhere: log 2", (torch.zeros(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64))),
+             ("confident and right: logits +-1000", (e.abs() + 1000, -p.abs() - 1000)),
+             ("confident and wrong: logits -+1000 (logsigmoid, not log of sigmoid)", (-e.abs() - 1000, p.abs() + 1000)),
+             ("one sample each", (e[:1], p[:1]))]
+    traps = (Trap("The classes swapped: D here is P(expert), so the expert's samples get -log D.",
+                  "Put -log sigmoid(x) on the expert's logits and -log(1 - sigmoid(x)) on the policy's.",
+                  _gives(lambda e, p: _loop_gail_loss(-e, -p))),
+             Trap("NaN or inf: log(sigmoid(x)) is log 0 for a logit of -1000.",
+                  "Use F.logsigmoid(x) for log D and F.logsigmoid(-x) for log(1 - D).", _not_finite))
+    run_cases("gail_discriminator_loss", student_fn, _loop_gail_loss, cases, traps=traps)
+
+
+def _loop_importance_weights(rewards, log_q):
+    log_w = [r - lq for r, lq in zip(rewards.tolist(), log_q.tolist())]
+    top = max(log_w)
+    w = [math.exp(x - top) for x in log_w]
+    return torch.tensor([x / sum(w) for x in w], dtype=torch.float64)
+
+
+def importance_weights(student_fn) -> None:
+    """Check importance_weights(rewards, log_q) -> (m,) self-normalized weights w_j proportional to
+    exp(R(tau_j)) / q(tau_j), summing to 1."""
+    g = torch.Generator().manual_seed(0)
+    r, lq = torch.randn(6, generator=g, dtype=torch.float64), -3 * torch.rand(6, generator=g, dtype=torch.float64)
+    cases = [("six samples", (r, lq)),
+             ("samples from the uniform q: weights proportional to exp(R)", (r, torch.full((6,), -math.log(6), dtype=torch.float64))),
+             ("rewards near 1000 (subtract the largest log-weight before exp)", (r + 1000, lq)),
+             ("a sample q made far more often than exp(R) says: weight near 0", (r, torch.cat([lq[:5], torch.tensor([50.0], dtype=torch.float64)]))),
+             ("one sample: weight 1", (r[:1], lq[:1]))]
+    traps = (Trap("Multiplied by q instead of divided: the weight is exp(R) / q.", "Take the log-weights rewards - log_q.",
+                  _gives(lambda r, lq: _loop_importance_weights(r, -lq))),
+             Trap("NaN or inf: exp of a log-weight near 1000 overflows.",
+                  "Subtract the largest log-weight before exp (or use torch.softmax).", _not_finite))
+    run_cases("importance_weights", student_fn, _loop_importance_weights, cases, traps=traps)
+
+
+def _loop_positions(mask):
+    rows = []
+    for row in mask.tolist():
+        seen, out = 0, []
+        for m in row:
+            out.append(max(seen + m - 1, 0))
+            seen += m
+        rows.append(out)
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def positions_from_mask(student_fn) -> None:
+    """Check positions_from_mask(mask) -> (B, L) position ids for left-padded rows: 0 at the first
+    real token, counting up over real tokens; padding gets 0 (it is never attended to)."""
+    cases = [("no padding", (torch.ones(2, 5, dtype=torch.long),)),
+             ("left padding of 0, 2 and 4 tokens", (torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [0, 0, 0, 0, 1]]),)),
+             ("a row of padding only", (torch.tensor([[0, 0, 0], [0, 1, 1]]),)),
+             ("one column", (torch.tensor([[1], [0]]),)),
+             ("a boolean mask", (torch.tensor([[False, True, True, True]]),))]
+    traps = (Trap("Off by one: the first real token has position 1.", "Subtract 1 from the cumsum of the mask.",
+                  _gives(lambda mask: as_numbers(mask).cumsum(-1))),
+             Trap("The padding is counted: positions run 0, 1, 2, ... over the whole row.",
+                  "Count real tokens only: the cumsum of the mask, minus 1.",
+                  _gives(lambda mask: torch.arange(mask.size(-1)).expand(mask.shape))),
+             Trap("The padding gets -1.", "Clamp the positions to 0 or more (padding is never attended to).",
+                  _gives(lambda mask: as_numbers(mask).cumsum(-1) - 1)))
+    run_cases("positions_from_mask", student_fn, _loop_positions, cases, traps=traps)
+
+
+def _zero_per_rank(n_params, ranks, stage):
+    weights, grads, optimizer = 2 * n_params, 2 * n_params, 12 * n_params  # bytes: bf16, bf16, fp32 master + Adam
+    if stage >= 1:
+        optimizer /= ranks
+    if stage >= 2:
+        grads /= ranks
+    if stage >= 3:
+        weights /= ranks
+    return (weights + grads + optimizer) / 1e9
+
+
+def zero_model_states(student_fn) -> None:
+    """Check zero_model_states(n_params, ranks, stage) -> GB of model states per rank under ZeRO
+    (mixed-precision Adam: 2 + 2 + 12 bytes per parameter; stage 1 shards the 12, stage 2 also the
+    gradients, stage 3 also the weights)."""
+    cases = [(f"7.5B on 64 GPUs, stage {s} (the ZeRO paper's Figure 1)", (7.5e9, 64, s)) for s in range(4)]
+    cases += [("one rank: nothing to shard", (7e9, 1, 3)), ("7B on 8 GPUs, stage 2", (7e9, 8, 2)),
+              ("a 0.3M-parameter model on 2 ranks, stage 3", (3e5, 2, 3))]
+    run_cases("zero_model_states", student_fn, _zero_per_rank, cases)

@@ -1,0 +1,331 @@
+"""The course's commands: open it, hand it out, check it, grade it.
+
+    python -m minirl.course start [--solved] [--lesson NN]   # exercise versions in exercises/, opened in JupyterLab
+    python -m minirl.course student [--out student/] [--with-outputs] [--force]   # write exercise versions
+    python -m minirl.course grade SUBMISSIONS [--timeout 300] [--out grades.csv]   # exercise x student table
+    python -m minirl.course refresh [lessons/NN_x.ipynb ...]   # re-execute headlessly, store outputs
+
+`start` writes the exercise versions into `exercises/` (once: a notebook already there is never
+replaced) and opens lesson 00's in JupyterLab; `--solved` opens the solved lessons in `lessons/`.
+
+`student` copies every lesson with each solution block, the lines from `### BEGIN SOLUTION` to
+`### END SOLUTION`, replaced by `raise NotImplementedError(...)` at the same indentation, and all
+outputs cleared (a student's outputs are the ones their own run makes; the site shows the solved
+lessons' figures for reading ahead). A notebook already in the output folder that differs from the
+fresh copy is kept, and said so, unless `--force`. Solutions live only inside function bodies, so
+the student version still runs end to end: the checkers print FAIL and the experiments use
+minirl's own functions. With `--with-outputs` the stored outputs are kept instead, each checker's
+PASS line turned into the FAIL line an unfinished exercise prints: what a student's first run must
+show, so `pytest --nbval` on these copies checks that they run end to end and that every other
+output comes back. In Markdown cells, the text between `<!-- BEGIN SOLUTION -->` and
+`<!-- END SOLUTION -->` (a hunt-the-bug answer) is replaced by a line saying the answer is left out,
+so students find the bug by its numbers. The solution markers are nbgrader's, and every cell
+holding one carries nbgrader's cell metadata (`refresh` writes it: `nbgrader_metadata`), so
+`nbgrader generate_assignment` accepts the lessons too: an exercise is a solution cell, a
+hunt-the-bug answer a manually graded answer of one point.
+
+`grade` runs every submitted notebook in a fresh kernel (each cell limited to `--timeout`
+seconds, errors recorded and the run continued) and reads the checkers' PASS/FAIL lines: one row
+per student, one column per exercise. A submissions folder holds one folder per student with
+their notebooks in it (named as the lessons are), or notebooks named `<student>_<lesson>.ipynb`.
+
+`refresh` runs each lesson top to bottom in a fresh kernel with one thread and progress bars
+off (MINIRL_PROGRESS=0), stores the outputs in place, and prints each lesson's runtime.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from .check import NOT_DONE
+
+__all__ = ["lesson_paths", "strip_solutions", "strip_answers", "student_version", "nbgrader_metadata", "execute", "write_student_versions", "start", "checker_verdicts", "run_submission", "submissions", "expected_exercises", "grade", "write_grades"]
+
+LESSONS = Path(__file__).resolve().parents[2] / "lessons"
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+STUB = 'raise NotImplementedError("exercise: write your solution here")'
+BEGIN_ANSWER, END_ANSWER = "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->"  # nbgrader finds these too
+ANSWER_STUB = "*(The answer is left out of the student version: find the bug by its numbers.)*"
+CHECKER_PASS = re.compile(r"^PASS (\w+): .*$", re.M)  # a checker's verdict on a right answer (minirl.check)
+
+
+def lesson_paths(paths: list[str]) -> list[Path]:
+    return [Path(p) for p in paths] if paths else sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def strip_solutions(source: str) -> str:
+    """Replace each solution block in a cell's source with a stub at the block's indentation."""
+    pattern = re.compile(rf"^([ \t]*){re.escape(BEGIN)}[^\n]*\n.*?^[ \t]*{re.escape(END)}[^\n]*(\n|$)", re.M | re.S)
+    return pattern.sub(lambda m: f"{m.group(1)}{STUB}\n", source)
+
+
+def strip_answers(source: str) -> str:
+    """Replace each answer block of a Markdown cell (markers included) with ANSWER_STUB."""
+    pattern = re.compile(rf"{re.escape(BEGIN_ANSWER)}.*?{re.escape(END_ANSWER)}", re.S)
+    return pattern.sub(ANSWER_STUB, source)
+
+
+def student_version(nb: nbformat.NotebookNode, with_outputs: bool = False) -> nbformat.NotebookNode:
+    """Solutions stubbed and hunt-the-bug answers left out; outputs cleared, or (with_outputs) kept
+    with every checker's PASS turned into the FAIL of an unfinished exercise."""
+    for cell in nb.cells:
+        begin, end = (BEGIN, END) if cell.cell_type == "code" else (BEGIN_ANSWER, END_ANSWER)
+        if cell.source.count(begin) != cell.source.count(end):
+            raise ValueError(f"cell has unbalanced {begin!r} / {end!r} markers:\n{cell.source[:200]}")
+        if cell.cell_type == "code":
+            if with_outputs and BEGIN in cell.source:
+                for output in cell.outputs:
+                    if output.get("output_type") == "stream":
+                        output.text = CHECKER_PASS.sub(lambda m: NOT_DONE.format(name=m.group(1)), output.text)
+            elif not with_outputs:
+                cell.outputs, cell.execution_count = [], None
+            cell.source = strip_solutions(cell.source)
+        elif cell.cell_type == "markdown":
+            cell.source = strip_answers(cell.source)
+    return nb
+
+
+def nbgrader_metadata(nb: nbformat.NotebookNode, lesson: str) -> nbformat.NotebookNode:
+    """Mark every cell holding a solution block for nbgrader (schema 3): an exercise's code cell as
+    a solution cell, id '<NN>-<its function>'; the Markdown cell with the hunt-the-bug answer as a
+    manually graded answer worth one point, id '<NN>-hunt-the-bug'. Other cells carry no mark."""
+    for cell in nb.cells:
+        cell.metadata.pop("nbgrader", None)
+        if cell.cell_type == "code" and BEGIN in cell.source:
+            name = re.search(r"^def (\w+)", cell.source, re.M)
+            grade_id, graded = f"{lesson[:2]}-{name.group(1) if name else 'exercise'}", False
+        elif cell.cell_type == "markdown" and BEGIN_ANSWER in cell.source:
+            grade_id, graded = f"{lesson[:2]}-hunt-the-bug", True
+        else:
+            continue
+        cell.metadata["nbgrader"] = {"grade": graded, "grade_id": grade_id, "locked": False, "schema_version": 3,
+                                     "solution": True, "task": False, **({"points": 1} if graded else {})}
+    return nb
+
+
+def strip_widgets(nb: nbformat.NotebookNode) -> None:
+    """Drop widget state and widget views: stored, they only show 'model not found'."""
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if "application/vnd.jupyter.widget-view+json" not in o.get("data", {})]
+
+
+def execute(path: Path, timeout: int = 600) -> float:
+    """Run a notebook in place in a fresh kernel (one thread, no progress bars); return seconds."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MINIRL_PROGRESS="0")
+    start = time.time()
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    seconds = time.time() - start
+    strip_widgets(nb)
+    nbgrader_metadata(nb, path.stem)
+    nb.metadata.kernelspec = kernelspec()
+    nbformat.write(nb, path)
+    return seconds
+
+
+def kernelspec(name: str = "python3") -> dict:
+    """The kernelspec metadata JupyterLab writes for this environment's kernel: stored as is, a
+    freshly opened lesson is not marked modified by JupyterLab rewriting it."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec(name)
+    return {"display_name": spec.display_name, "language": spec.language, "name": name}
+
+
+def write_student_versions(paths: list[Path], out: Path, with_outputs: bool = False, force: bool = False) -> None:
+    """Each lesson's student version into `out`, keeping (unless `force`) any that a student changed."""
+    out.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        fresh = nbformat.writes(student_version(nbformat.read(path, as_version=4), with_outputs))
+        target = out / path.name
+        if target.exists() and not force:
+            if target.read_text(encoding="utf-8") != fresh:
+                print(f"kept {target}: it differs from a fresh copy (your work?); --force replaces it")
+            continue
+        target.write_text(fresh, encoding="utf-8")
+        print(f"wrote {target}")
+    sweeps = paths[0].parent / "sweeps" if paths else None
+    if sweeps is not None and sweeps.is_dir():  # recorded sweep results that lessons plot
+        shutil.copytree(sweeps, out / "sweeps", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def start(solved: bool, lesson: str, folder: Path) -> None:
+    """Open the course in JupyterLab: the exercise versions in `folder` (made once), or the solved lessons."""
+    if not solved:
+        write_student_versions(lesson_paths([]), folder)
+    home = LESSONS if solved else folder
+    matches = sorted(home.glob(f"{lesson}_*.ipynb"))
+    if not matches:
+        raise SystemExit(f"no lesson {lesson!r} in {home}: lessons are numbered 00 to {lesson_paths([])[-1].name[:2]}")
+    args = ["jupyter", "lab", str(matches[0])] + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])
+    print(f"opening {matches[0]} ({'solved' if solved else 'exercise version; solved lessons: --solved'})", flush=True)
+    os.execvp(shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter", args)
+
+
+CHECKER_LINE = re.compile(r"^(PASS|FAIL) (\w+):(.*)$", re.M)
+
+
+def checker_verdicts(nb: nbformat.NotebookNode) -> dict[str, str]:
+    """Exercise name -> 'pass', 'fail' or 'not done', read from the checkers' lines in a notebook's
+    outputs (a checker run twice: its last line counts)."""
+    verdicts = {}
+    for cell in nb.cells:
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            for verdict, name, rest in CHECKER_LINE.findall(output.get("text", "")):
+                not_done = NOT_DONE.format(name=name) == f"FAIL {name}:{rest}"
+                verdicts[name] = "pass" if verdict == "PASS" else "not done" if not_done else "fail"
+    return verdicts
+
+
+def run_status(nb: nbformat.NotebookNode, timeout: int) -> str:
+    """How an executed notebook ran: 'ran', or its code cells (counted from 1) that raised or ran
+    out of time."""
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    problems = []
+    for i, cell in enumerate(code, 1):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                what = f"over {timeout} s" if output.get("ename") == "KeyboardInterrupt" else output.get("ename", "error")
+                problems.append(f"code cell {i}: {what}")
+    return ", ".join(problems) or "ran"
+
+
+def run_submission(path: Path, timeout: int) -> tuple[dict[str, str], str]:
+    """Execute a submitted notebook in a fresh kernel (a copy, beside the lessons' sweep results):
+    a cell that raises is recorded and the next one runs; one that runs past `timeout` seconds is
+    interrupted and recorded the same way. Return its checker verdicts and how the run went."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    nb = nbformat.read(path, as_version=4)
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MINIRL_PROGRESS="0")
+    with tempfile.TemporaryDirectory(prefix="minirl-grade-") as work:
+        if (LESSONS / "sweeps").is_dir():
+            shutil.copytree(LESSONS / "sweeps", Path(work) / "sweeps", ignore=shutil.ignore_patterns("__pycache__"))
+        client = NotebookClient(nb, timeout=timeout, interrupt_on_timeout=True, allow_errors=True,
+                                kernel_name="python3", resources={"metadata": {"path": work}})
+        try:
+            client.execute()
+            status = run_status(nb, timeout)
+        except DeadKernelError:
+            status = "the kernel died"
+    return checker_verdicts(nb), status
+
+
+def submissions(folder: Path) -> dict[str, list[Path]]:
+    """Student -> their notebooks: one folder per student, or files named <student>_<NN_lesson>.ipynb."""
+    found: dict[str, list[Path]] = {}
+    for path in sorted(folder.rglob("*.ipynb")):
+        if ".ipynb_checkpoints" in path.parts:
+            continue
+        if path.parent != folder:
+            found.setdefault(path.relative_to(folder).parts[0], []).append(path)
+        elif m := re.match(r"(.+?)_(\d\d_.+\.ipynb)$", path.name):
+            found.setdefault(m.group(1), []).append(path)
+        else:
+            raise SystemExit(f"{path}: name a submission <student>_<NN_lesson>.ipynb or put it in a folder per student")
+    if not found:
+        raise SystemExit(f"no notebooks under {folder}")
+    return found
+
+
+def lesson_name(path: Path) -> str:
+    m = re.search(r"(\d\d_[^/]+)\.ipynb$", path.name)
+    return m.group(1) if m else path.stem
+
+
+def expected_exercises(lesson: str) -> list[str]:
+    """The exercises the solved lesson of that name checks (its stored PASS lines), in order."""
+    path = LESSONS / f"{lesson}.ipynb"
+    return list(checker_verdicts(nbformat.read(path, as_version=4))) if path.exists() else []
+
+
+def grade(folder: Path, timeout: int) -> tuple[list[str], dict[str, dict[str, str]], dict[str, dict[str, str]]]:
+    """Run every submission; return the columns ('NN/exercise'), the table student -> column ->
+    'pass' / 'fail' / 'not done' / 'no verdict', and each student's run status per lesson."""
+    columns: list[str] = []
+    table: dict[str, dict[str, str]] = {}
+    runs: dict[str, dict[str, str]] = {}
+    for student, paths in submissions(folder).items():
+        for path in paths:
+            lesson = lesson_name(path)
+            verdicts, status = run_submission(path, timeout)
+            print(f"{student} {lesson}: {status}", flush=True)
+            runs.setdefault(student, {})[lesson] = status
+            table.setdefault(student, {})
+            for name in expected_exercises(lesson) + list(verdicts):
+                column = f"{lesson[:2]}/{name}" if lesson[:2].isdigit() else f"{lesson}/{name}"
+                if column not in columns:
+                    columns.append(column)
+                table.setdefault(student, {})[column] = verdicts.get(name, "no verdict")
+    return columns, table, runs
+
+
+def write_grades(columns: list[str], table: dict[str, dict[str, str]], runs: dict[str, dict[str, str]], out: Path) -> str:
+    """The table as CSV at `out` (a 'run' column per student: how each notebook ran) and as text."""
+    import csv
+
+    with out.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student", *columns, "passed", "runs"])
+        for student, row in table.items():
+            passed = sum(v == "pass" for v in row.values())
+            notes = "; ".join(f"{lesson}: {status}" for lesson, status in runs[student].items())
+            w.writerow([student, *(row.get(c, "missing") for c in columns), f"{passed}/{len(columns)}", notes])
+    width = max(len(s) for s in table)
+    lines = [" " * width + "  " + "  ".join(columns)]
+    for student, row in table.items():
+        cells = "  ".join(f"{row.get(c, 'missing'):<{len(c)}}" for c in columns)
+        lines.append(f"{student:<{width}}  {cells}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="The course's commands: open it, hand it out, check it, grade it.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    opener = sub.add_parser("start", help="open the exercise versions (made once in exercises/) in JupyterLab")
+    opener.add_argument("--solved", action="store_true", help="open the solved lessons instead")
+    opener.add_argument("--lesson", default="00", help="the lesson to open first (its number, e.g. 04)")
+    opener.add_argument("--folder", type=Path, default=LESSONS.parent / "exercises")
+    refresh = sub.add_parser("refresh", help="re-execute lessons headlessly and store their outputs")
+    refresh.add_argument("paths", nargs="*")
+    student = sub.add_parser("student", help="write student versions with solutions stubbed out")
+    student.add_argument("paths", nargs="*")
+    student.add_argument("--out", default="student")
+    student.add_argument("--with-outputs", action="store_true",
+                         help="keep the stored outputs, each checker's PASS as an unfinished exercise's FAIL (for nbval)")
+    student.add_argument("--force", action="store_true", help="replace notebooks already in --out, changed or not")
+    grader = sub.add_parser("grade", help="run submitted notebooks and tabulate each exercise's checker verdict")
+    grader.add_argument("folder", type=Path)
+    grader.add_argument("--timeout", type=int, default=300, help="seconds each cell may run (default 300)")
+    grader.add_argument("--out", type=Path, help="CSV to write (default: grades.csv in the submissions folder)")
+    args = parser.parse_args()
+
+    if args.command == "start":
+        start(args.solved, args.lesson, args.folder)
+    elif args.command == "refresh":
+        for path in lesson_paths(args.paths):
+            print(f"{path.name}: {execute(path):.1f} s at one thread", flush=True)
+    elif args.command == "student":
+        write_student_versions(lesson_paths(args.paths), Path(args.out), args.with_outputs, args.force)
+    else:
+        columns, table, runs = grade(args.folder, args.timeout)
+        out = args.out or args.folder / "grades.csv"
+        print(write_grades(columns, table, runs, out))
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+"""The micro world, solved exactly: a language small enough to enumerate, where every expectation,
+gradient and optimum is a finite sum.
+
+    micro         a language small enough to enumerate every completion
+    mdp           it as a token-level MDP: exact values, gradients, estimator variance
+    imitation     behaviour cloning, its compounding error, DAgger
+    irl           maximum-entropy inverse RL
+    micro_dpo     DPO and IPO against the closed-form RLHF optimum
+    micro_gail    GAIL with a tabular discriminator
+"""
+from . import imitation, irl, mdp, micro, micro_dpo, micro_gail
+
+__all__ = ["imitation", "irl", "mdp", "micro", "micro_dpo", "micro_gail"]

@@ -1,0 +1,38 @@
+"""Training the tiny GPT: every trainer with its config, and what lesson 08 measures.
+
+Each trainer's home is its module; the trainers and their configs are also here, so that
+`from minirl.train import GRPOConfig, train_grpo` is the one import homework needs.
+
+    training          what the trainers share: config checks, the batch loop, the reference, a step
+    pg                REINFORCE and actor-critic (PGConfig, train_policy_gradient)
+    ppo               PPO, RLHF style (PPOConfig, train_ppo)
+    grpo              GRPO (GRPOConfig, train_grpo)
+    sft               supervised fine-tuning, behaviour cloning (SFTConfig, train_sft)
+    reward_model      a reward model trained on preference pairs (RMConfig, train_reward_model)
+    dpo               DPO, IPO and SimPO (DPOConfig, train_dpo)
+    best_of_n         best-of-N sampling, its exact distribution and KL (best_of_n)
+    raft              reward-ranked fine-tuning (RAFTConfig, train_raft)
+    gail              GAIL and AIRL on the plans world (GAILConfig, train_gail)
+    rlhf              lesson 08's measurements on the orders world
+    overoptimization  exact over-optimization curves, Gao et al.'s forms
+
+  Commands, imported by name only:
+    pretrain          trains the base model (python -m minirl.train.pretrain)
+    reward_models     trains the shipped reward models (python -m minirl.train.reward_models)
+"""
+from . import best_of_n, dpo, gail, grpo, overoptimization, pg, ppo, raft, reward_model, rlhf, sft, training
+from .best_of_n import BestOfN
+from .dpo import DPOConfig, train_dpo
+from .gail import GAILConfig, train_gail
+from .grpo import GRPOConfig, train_grpo
+from .pg import PGConfig, train_policy_gradient
+from .ppo import PPOConfig, train_ppo
+from .raft import RAFTConfig, train_raft
+from .reward_model import RMConfig, train_on_scores, train_reward_model
+from .sft import SFTConfig, train_sft
+
+__all__ = ["BestOfN", "DPOConfig", "GAILConfig", "GRPOConfig", "PGConfig", "PPOConfig", "RAFTConfig", "RMConfig",
+           "SFTConfig", "train_dpo", "train_gail", "train_grpo", "train_on_scores", "train_policy_gradient", "train_ppo",
+           "train_raft", "train_reward_model", "train_sft",
+           "best_of_n", "dpo", "gail", "grpo", "overoptimization", "pg", "ppo", "raft", "reward_model", "rlhf", "sft",
+           "training"]

@@ -1,0 +1,12 @@
+"""The tiny world: its grammar, its hidden ground truth, its files, and the RL tasks on it.
+
+    grammar       its words, and a validator per task family
+    rewards       reward functions with TRL's signature, and the hidden ground truth
+    datasets      its files: corpora, prompts, preference pairs, demonstrations, scores
+    generate      the seeded generator that writes those files (python -m minirl.world)
+    tasks         RL tasks: prompts, per-token rewards, gold metrics
+    evaluate      validity, truncation, pass@k, the base-model report
+"""
+from . import datasets, evaluate, generate, grammar, rewards, tasks
+
+__all__ = ["datasets", "evaluate", "generate", "grammar", "rewards", "tasks"]

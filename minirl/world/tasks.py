@@ -1,0 +1,182 @@
+"""RL tasks on the tiny world: prompts, per-token rewards for training, gold metrics for judging.
+
+A task turns a `Rollout` into a (B, T) tensor of per-token rewards (what the learner sees) and
+into gold metrics (what we judge it by). Sequence-level rewards land on each row's last action
+token (EOS, or the token that hit the length limit).
+
+A trainer can instead learn from any reward function with TRL's signature,
+
+    reward_fn(prompts: list[str], completions: list[str], **kwargs) -> list[float]
+
+called with the keyword arguments `completion_ids` (each completion's token ids through EOS) and
+`truncated` (True where a completion hit the length limit instead of ending with EOS), so a
+learned reward model can tell the two apart; the task still gives the prompts and the gold
+metrics. What the function returns is checked: one finite number per completion.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..core import validate
+from ..lm.sampling import Rollout
+from . import datasets, grammar, rewards
+
+__all__ = ["RewardFn", "Task", "last_token_rewards", "REVIEW_STARTS", "reviews_task", "arithmetic_task",
+           "orders_task", "plans_task", "reward_scores", "training_rewards"]
+
+RewardFn = Callable[..., list]
+
+
+@dataclass
+class Task:
+    name: str
+    train_prompts: list[str]
+    test_prompts: list[str]
+    max_new_tokens: int
+    token_rewards: Callable[[Rollout, object], torch.Tensor]  # (rollout, tokenizer) -> (B, T)
+    gold: Callable[[Rollout], dict[str, float]]  # rollout -> named gold metrics (batch means)
+
+
+def last_token_rewards(rollout: Rollout, scores) -> torch.Tensor:
+    """(B, T) zeros with each row's score (a list or (B,) tensor) at its last action token."""
+    out = torch.zeros_like(rollout.logprobs)
+    if len(scores) != out.size(0):
+        raise ValueError(f"{len(scores)} scores for {out.size(0)} completions: give one score per completion")
+    last = rollout.mask.sum(dim=1).long() - 1  # (B,) index of the last action token
+    out[torch.arange(out.size(0), device=out.device), last] = torch.as_tensor(scores, dtype=out.dtype, device=out.device)
+    return out
+
+
+def review_token_reward_tensor(rollout: Rollout, enc) -> torch.Tensor:
+    rows = [rewards.review_token_rewards(enc, row) for row in rollout.tokens.tolist()]
+    return torch.tensor(rows, dtype=rollout.logprobs.dtype, device=rollout.logprobs.device) * rollout.mask
+
+
+def review_gold(rollout: Rollout) -> dict[str, float]:
+    gold = rewards.review_gold_reward(rollout.prompts, rollout.texts)
+    return {"gold": sum(gold) / len(gold), "gold_positive": sum(g > 0 for g in gold) / len(gold),
+            "valid": sum(grammar.is_review(p + c) for p, c in zip(rollout.prompts, rollout.texts)) / len(gold)}
+
+
+REVIEW_STARTS = ("negative", "positive")
+
+
+def reviews_task(start: str = "negative") -> Task:
+    """Make the review positive, however it starts (the task in Prithviraj Ammanabrolu's slides
+    "RL for Language (Agents)"). Proxy: the lexicon, per token.
+    start: the prompt set, reviews whose first clause is 'negative' or 'positive'."""
+    validate.choice("prompt set (start)", start, REVIEW_STARTS)
+
+    def prompts(split):
+        return [r["prompt"] for r in datasets.load_prompts("reviews", split) if r["start"] == start]
+    return Task("reviews", prompts("train"), prompts("test"), grammar.MAX_NEW_TOKENS["reviews"],
+                review_token_reward_tensor, review_gold)
+
+
+def arithmetic_task() -> Task:
+    """Verifiable reward: 1 for the right sum, 0 otherwise, at the last token."""
+    def token_rewards(rollout: Rollout, enc) -> torch.Tensor:
+        return last_token_rewards(rollout, rewards.arithmetic_reward(rollout.prompts, rollout.texts))
+
+    def gold(rollout: Rollout) -> dict[str, float]:
+        correct = rewards.arithmetic_reward(rollout.prompts, rollout.texts)
+        return {"correct": sum(correct) / len(correct)}
+
+    def prompts(split):
+        return [r["prompt"] for r in datasets.load_prompts("arithmetic", split)]
+    return Task("arithmetic", prompts("train"), prompts("test"), grammar.MAX_NEW_TOKENS["arithmetic"], token_rewards, gold)
+
+
+def orders_task() -> Task:
+    """The hidden annotator's utility of the whole order (the matcha lover, after Alex Xie's lecture
+    "RL for LLMs: From Parrots to Agents"), at the last token: the gold reward that lessons 07-09
+    learn from preferences instead."""
+    def token_rewards(rollout: Rollout, enc) -> torch.Tensor:
+        return last_token_rewards(rollout, rewards.order_gold_reward(rollout.prompts, rollout.texts))
+
+    def gold(rollout: Rollout) -> dict[str, float]:
+        utility = rewards.order_gold_reward(rollout.prompts, rollout.texts)
+        valid = [grammar.is_order(p + c) for p, c in zip(rollout.prompts, rollout.texts)]
+        return {"gold": sum(utility) / len(utility), "valid": sum(valid) / len(valid)}
+
+    def prompts(split):
+        return [r["prompt"] for r in datasets.load_prompts("orders", split)]
+    return Task("orders", prompts("train"), prompts("test"), grammar.MAX_NEW_TOKENS["orders"], token_rewards, gold)
+
+
+def plans_task() -> Task:
+    """The plan expert's hidden reward R(plan) at the last token (INVALID_PLAN_REWARD for text that
+    is not a plan): what imitation and IRL (lesson 10) never see and are judged by."""
+    def token_rewards(rollout: Rollout, enc) -> torch.Tensor:
+        return last_token_rewards(rollout, rewards.plan_true_reward(rollout.prompts, rollout.texts))
+
+    def gold(rollout: Rollout) -> dict[str, float]:
+        true = rewards.plan_true_reward(rollout.prompts, rollout.texts)
+        valid = [grammar.is_plan(p + c) for p, c in zip(rollout.prompts, rollout.texts)]
+        return {"true_reward": sum(true) / len(true), "valid": sum(valid) / len(valid)}
+
+    prompts = [grammar.PROMPT_HEADS["plans"]]
+    return Task("plans", prompts, prompts, grammar.MAX_NEW_TOKENS["plans"], token_rewards, gold)
+
+
+def check_signature(reward_fn: RewardFn, name: str) -> None:
+    """A reward function takes (prompts, completions) and the keyword arguments minirl passes."""
+    if not callable(reward_fn):
+        raise TypeError(f"reward_fn must be a function reward_fn(prompts, completions, **kwargs), got {name}")
+    try:
+        params = inspect.signature(reward_fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: let the call speak
+        return
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in params)
+    named = {p.name for p in params}
+    if not takes_all and not {"completion_ids", "truncated"} <= named:
+        raise TypeError(f"reward function {name} must accept the keyword arguments minirl passes (completion_ids, "
+                        "truncated), as TRL's do: end its parameters with **kwargs")
+
+
+def reward_scores(reward_fn: RewardFn, rollout: Rollout) -> torch.Tensor:
+    """(B,) the scores `reward_fn` gives the rollout's completions, checked: one finite number each."""
+    name = getattr(reward_fn, "__name__", type(reward_fn).__name__)
+    check_signature(reward_fn, name)
+    B = rollout.tokens.size(0)
+    lengths = rollout.mask.sum(dim=1).long().tolist()
+    ids = [row[:n] for row, n in zip(rollout.tokens.tolist(), lengths)]
+    out = reward_fn(rollout.prompts, rollout.texts, completion_ids=ids, truncated=rollout.truncated.tolist())
+    wanted = f"a list of {B} floats, one per completion"
+    if isinstance(out, torch.Tensor):
+        out = out.detach().cpu()  # a reward model's scores, on any device
+    if isinstance(out, (int, float)) or (isinstance(out, torch.Tensor) and out.dim() == 0):
+        raise TypeError(f"reward function {name} returned a single score ({float(out)}); it must return {wanted}")
+    try:
+        scores = torch.as_tensor(out, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"reward function {name} returned {type(out).__name__} holding something other than "
+                        f"numbers (None?); it must return {wanted}") from None
+    if scores.shape != (B,):
+        got = f"{len(out)} scores" if scores.dim() == 1 else f"shape {tuple(scores.shape)}"
+        raise ValueError(f"reward function {name} returned {got} for {B} completions; it must return {wanted}")
+    bad = (~torch.isfinite(scores)).nonzero().flatten().tolist()
+    if bad:
+        i = bad[0]
+        raise ValueError(f"reward function {name} returned non-finite scores for {len(bad)} of {B} completions, "
+                         f"the first {scores[i].item()} for completion {i} ({rollout.texts[i]!r}); scores must be "
+                         "finite numbers")
+    return scores.to(rollout.logprobs.dtype).to(rollout.logprobs.device)  # cast on the CPU: MPS has no float64
+
+
+def training_rewards(task: Task, rollout: Rollout, tokenizer, reward_fn: RewardFn | None = None) -> torch.Tensor:
+    """(B, T) per-token rewards the learner sees: `reward_fn`'s score of each completion at its
+    last action token when one is given, else the task's own rewards (checked: shape and finite)."""
+    if reward_fn is not None:
+        return last_token_rewards(rollout, reward_scores(reward_fn, rollout))
+    rewards = task.token_rewards(rollout, tokenizer)
+    if rewards.shape != rollout.logprobs.shape:
+        raise ValueError(f"task {task.name!r} gave rewards of shape {tuple(rewards.shape)}, expected "
+                         f"{tuple(rollout.logprobs.shape)} (one per completion token)")
+    if not bool(torch.isfinite(rewards).all()):
+        raise ValueError(f"task {task.name!r} gave non-finite rewards (NaN or inf); rewards must be finite")
+    return rewards
