@@ -24,7 +24,7 @@ list (tests/test_layout.py checks it):
                 micro, mdp, imitation, irl, micro_dpo, micro_gail
   train       the trainers and lesson 08's measurements
                 training, pg, ppo, grpo, sft, reward_model, dpo, best_of_n, raft, gail, rlhf,
-                overoptimization; commands pretrain, reward_models
+                overoptimization; commands pretrain, reward_models, sft_model
   course      exercise checkers; the instructor's commands (course.commands, course.site)
 
 Homework's names stay where they have always been: minirl.ops, minirl.kl, minirl.advantages,
@@ -33,7 +33,7 @@ tests/test_public_surface.py freezes the public names and signatures.
 
 Commands: python -m minirl.course (open, hand out, grade), python -m minirl.world (the world's
 files), python -m minirl.train.pretrain, python -m minirl.train.reward_models, python -m
-minirl.train.sft (the shipped checkpoints), python -m minirl.course.site (the static site).
+minirl.train.sft_model (the shipped checkpoints), python -m minirl.course.site (the static site).
 """
 import sys
 

@@ -3,7 +3,9 @@ losses against their closed forms written with `math` one pair at a time (and DP
 Bradley-Terry loss of the implicit rewards); sequence log-probs against a plain loop over ragged
 rows; the micro world's DPO optimum against the RLHF optimum from `minirl.exact.mdp`'s enumeration;
 hard-label drift against -log pi_ref(winners); IPO's minimizer against the normal equations of
-the comparison graph solved directly; the trainer's first step at log 2."""
+the comparison graph solved directly; the trainer's first step at log 2; SimPO's per-token means,
+online DPO's frozen reference and the evaluations' KL against plain loops over unpadded sequences."""
+import copy
 import math
 
 import pytest
@@ -17,7 +19,7 @@ from minirl.lm import sequences
 from minirl.lm.sequences import pair_tokens
 from minirl.lm.tokenizer import PAD
 from minirl.ops import sequence_logprob
-from minirl.train import dpo
+from minirl.train import dpo, rlhf
 from minirl.train.dpo import DPOConfig, train_dpo
 from minirl.world import datasets, rewards
 
@@ -279,3 +281,84 @@ def test_trainer_rejects_bad_input():
         DPOConfig(loss_type="kto")
     with pytest.raises(ValueError, match="steps"):
         DPOConfig(steps=0)
+
+
+def plain_logprob(model, prompt: list[int], completion: list[int], average: bool = False) -> float:
+    """log model(completion | prompt), or its per-token mean, of one unpadded sequence, in float64."""
+    ids = prompt + completion
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids[:-1]]))[0].double(), dim=-1)
+    terms = [logp[t - 1, ids[t]].item() for t in range(len(prompt), len(ids))]
+    return sum(terms) / (len(terms) if average else 1)
+
+
+def plain_pair_logprobs(model, pairs, enc, average: bool = False) -> dict[str, list[float]]:
+    """Each side's log-prob (completion + EOS), one pair at a time."""
+    return {side: [plain_logprob(model, enc.encode_ordinary(p["prompt"]),
+                                 enc.encode_ordinary(p[side]) + [enc.eot_token], average) for p in pairs]
+            for side in ("chosen", "rejected")}
+
+
+def mean(xs) -> float:
+    return sum(xs) / len(xs)
+
+
+def test_simpo_trainer_scores_each_side_by_its_per_token_mean():
+    """SimPO's reward is beta times the per-token MEAN log-prob, whatever average_logprobs says: the
+    first step's metrics and loss against the closed form on means computed one pair at a time. The
+    pairs' sides differ in length, so summed log-probs give other numbers."""
+    enc = minirl.load_tokenizer()
+    pairs = datasets.load_preferences("train")[:4]
+    policy, beta, gamma = minirl.load_model("sft"), 2.0, 0.5
+    avg = plain_pair_logprobs(policy, pairs, enc, average=True)
+    total = plain_pair_logprobs(policy, pairs, enc)
+    assert max(abs(a - b) for a, b in zip(avg["chosen"], total["chosen"])) > 1.0
+    history, _ = train_dpo(policy, pairs, DPOConfig(steps=1, batch_size=4, loss_type="simpo", beta=beta,
+                                                    simpo_gamma=gamma, average_logprobs=False, eval_samples=8))
+    h = history[0]
+    assert h["chosen_logps"] == pytest.approx(mean(avg["chosen"]), abs=1e-4)
+    assert h["rejected_logps"] == pytest.approx(mean(avg["rejected"]), abs=1e-4)
+    assert h["chosen_rewards"] == pytest.approx(beta * mean(avg["chosen"]), abs=1e-4)
+    assert h["rejected_rewards"] == pytest.approx(beta * mean(avg["rejected"]), abs=1e-4)
+    want = mean([-log_sigmoid(beta * (c - r) - gamma) for c, r in zip(avg["chosen"], avg["rejected"])])
+    assert h["loss"] == pytest.approx(want, abs=1e-4)
+
+
+def test_online_dpo_scores_fresh_pairs_against_the_frozen_start():
+    """Online DPO's second step labels pairs of the moved policy's own samples (drawn as the trainer
+    draws them: 2 * batch_size samples seeded seed + step, paired by `rlhf.gold_pairs`); its implicit
+    rewards are beta * log(pi / pi_ref) with pi_ref the policy AT THE START, here recomputed one pair
+    at a time. A reference recomputed from the moving policy would read 0 there."""
+    enc = minirl.load_tokenizer()
+    start, policy, snapshots = minirl.load_model("sft"), minirl.load_model("sft"), []
+    config = DPOConfig(steps=2, batch_size=4, online_every=1, beta=1.0, lr=1e-3, eval_samples=8, seed=3)
+    history, _ = train_dpo(policy, None, config, callback=lambda m, model: snapshots.append(copy.deepcopy(model)))
+    assert history[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)
+    moved = snapshots[0]  # the policy after step 1: it sampled and scored step 2's pairs
+    pairs = rlhf.gold_pairs(rlhf.order_samples(moved, 8, config.seed + 1, enc).texts, 4, config.seed + 1)
+    now, ref = plain_pair_logprobs(moved, pairs, enc), plain_pair_logprobs(start, pairs, enc)
+    ratio = {side: [a - b for a, b in zip(now[side], ref[side])] for side in now}
+    assert max(abs(x) for x in ratio["chosen"] + ratio["rejected"]) > 0.05  # step 1 moved the policy
+    h = history[1]
+    assert h["chosen_rewards"] == pytest.approx(config.beta * mean(ratio["chosen"]), abs=1e-4)
+    assert h["rejected_rewards"] == pytest.approx(config.beta * mean(ratio["rejected"]), abs=1e-4)
+    want = mean([-log_sigmoid(config.beta * (c - r)) for c, r in zip(ratio["chosen"], ratio["rejected"])])
+    assert h["loss"] == pytest.approx(want, abs=1e-4)
+
+
+def test_evaluations_report_kl_of_the_policy_from_the_reference():
+    """The SFT model trained against the base as reference: the first evaluation's KL is the mean over
+    its samples (`eval_samples` of 'order:', seeded seed + 123) of sum_t log pi - log pi_ref, here
+    summed one unpadded sequence at a time; the SFT model has moved away from the base, so the
+    estimate is clearly positive and a flipped sign cannot pass."""
+    enc = minirl.load_tokenizer()
+    policy, reference = minirl.load_model("sft"), minirl.load_model("base")
+    config = DPOConfig(steps=1, batch_size=4, eval_samples=16, seed=5)
+    out = minirl.sample(policy, [rlhf.PROMPT], max_new_tokens=rlhf.MAX_NEW_TOKENS, group_size=16,
+                        generator=torch.Generator().manual_seed(config.seed + 123), tokenizer=enc)
+    prompt = enc.encode_ordinary(rlhf.PROMPT)
+    rows = [out.tokens[i, :int(out.mask[i].sum())].tolist() for i in range(16)]
+    want = mean([plain_logprob(policy, prompt, c) - plain_logprob(reference, prompt, c) for c in rows])
+    assert want > 0.1
+    _, evals = train_dpo(policy, datasets.load_preferences("train")[:4], config, reference=reference)
+    assert evals[0]["step"] == 0 and evals[0]["kl"] == pytest.approx(want, abs=1e-3)

@@ -2,7 +2,8 @@
 probability of each plan against one unpadded sequence at a time, the exact KL(expert || policy)
 and true reward against plain sums over the 1,296 plans, the reward forms against their closed
 forms, the 'airl' logit against f and log-probabilities summed token by token, a discriminator step
-lowering its loss, and the trainer running end to end."""
+lowering its loss, its loss against the cross-entropy with the expert labelled 1 written with `math`,
+and the trainer running end to end."""
 import math
 
 import pytest
@@ -11,8 +12,7 @@ import torch
 import minirl
 from minirl.train import gail
 from minirl.train.grpo import GRPOConfig
-from minirl.world import generate
-from minirl.world import datasets, rewards
+from minirl.world import datasets, generate, rewards
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +131,32 @@ def test_the_discriminator_keeps_the_first_blocks_of_the_base(base):
         assert torch.allclose(trunk.hidden_states(ids), base.ln_f(x), atol=1e-6)
     with pytest.raises(ValueError, match="disc_layers"):
         gail.Discriminator(datasets.load_demos()[:8], gail.GAILConfig(disc_layers=7), policy=base, base=base)
+
+
+def test_the_discriminator_labels_the_expert_1_and_the_policy_0(base):
+    """The loss of an update is the cross-entropy with label 1 on the demonstrations and 0 on the
+    policy's samples, from logits computed here before the update (the whole demonstration set is
+    the expert batch, so its order does not matter); the score head starts random so that swapping
+    the two batches changes the number. After a few updates D is above 1/2 on every demonstration
+    and below it on the policy's (invalid) plan."""
+    enc = minirl.load_tokenizer()
+    demos = datasets.load_demos()[:16]
+    disc = gail.Discriminator(demos, gail.GAILConfig(discriminator="gail", expert_batch=16, disc_lr=1e-3, disc_steps=1),
+                              base=base)
+    with torch.no_grad():
+        torch.nn.init.normal_(disc.model.score.weight, std=0.5, generator=torch.Generator().manual_seed(1))
+    expert = [enc.encode_ordinary(d["prompt"]) + enc.encode_ordinary(d["completion"]) + [enc.eot_token] for d in demos]
+    policy = [enc.encode("plan: run run the movie was .")] * 4
+    with torch.no_grad():
+        e, p = disc.f(expert).tolist(), disc.f(policy).tolist()
+    assert abs(sum(e) / len(e) - sum(p) / len(p)) > 0.05  # the two sides start apart: a swap shows
+    nll = lambda x, label: math.log1p(math.exp(-x if label else x))  # noqa: E731  -log sigmoid(+-x)
+    want = 0.5 * (sum(nll(x, 1) for x in e) / len(e) + sum(nll(x, 0) for x in p) / len(p))
+    stats = disc.update(policy)
+    assert stats["disc_loss"] == pytest.approx(want, abs=1e-5)
+    assert stats["d_expert"] == pytest.approx(sum(1 / (1 + math.exp(-x)) for x in e) / len(e), abs=1e-5)
+    assert stats["d_policy"] == pytest.approx(sum(1 / (1 + math.exp(-x)) for x in p) / len(p), abs=1e-5)
+    for _ in range(4):
+        disc.update(policy)
+    with torch.no_grad():
+        assert disc.logits(expert).min().item() > 0 > disc.logits(policy[:1]).item()

@@ -4,8 +4,7 @@ learner's own states; MicroMDP's horizon argument."""
 import pytest
 import torch
 
-from minirl.exact import imitation as im
-from minirl.exact import micro
+from minirl.exact import imitation as im, micro
 from minirl.exact.mdp import MicroMDP
 
 

@@ -1,6 +1,6 @@
 """The memory calculator: the 8B figures of Alex Xie's lecture, the mixed-precision count by hand,
-the KV cache of a known shape, and (with CUDA) the count against measured memory of a
->100M-parameter model."""
+the KV cache of a known shape, ZeRO's stages from the paper's formulas for every preset, and (with
+CUDA) the count against measured memory of a >100M-parameter model."""
 import pytest
 import torch
 
@@ -71,3 +71,27 @@ def test_zero_model_states_match_the_papers_figure_1():
         assert memory.zero_model_states(7e9, ranks=1, stage=stage) == pytest.approx(7e9 * 16 / 1e9)
     with pytest.raises(ValueError, match="stage"):
         memory.zero_model_states(7e9, ranks=8, stage=4)
+
+
+@pytest.mark.parametrize("ranks", [1, 4, 64])
+def test_zero_stages_shard_the_right_states_of_every_preset(monkeypatch, ranks):
+    """ZeRO (Rajbhandari et al., 2020), per parameter with 16-bit weights W, gradients G and optimizer
+    state K (fp32 master + moments): stage 0 W + G + K, stage 1 W + G + K/N, stage 2 W + (G + K)/N,
+    stage 3 (W + G + K)/N. The default preset has W = G = 2 bytes, so a stage 2 that shards the
+    weights instead of the gradients gives the same number there: the lecture preset (W 2, G 0,
+    K 4) and a preset of four different byte counts (W 1, G 3, master 5, moments 7) tell them apart."""
+    monkeypatch.setitem(memory.PRESETS, "distinct", memory.Precision(weights=1, grads=3, master=5, optimizer=7))
+    n, N = 3e9, ranks
+    for preset, (W, G, K) in {"lecture": (2, 0, 4), "mixed_adam": (2, 2, 12), "distinct": (1, 3, 12)}.items():
+        want = {0: W + G + K, 1: W + G + K / N, 2: W + (G + K) / N, 3: (W + G + K) / N}
+        for stage, bytes_per_param in want.items():
+            got = memory.zero_model_states(n, ranks=N, stage=stage, preset=preset)
+            assert got == pytest.approx(n * bytes_per_param / 1e9, rel=1e-12), (preset, stage)
+
+
+def test_zero_lecture_preset_by_hand():
+    """8B parameters on 8 ranks, 2-byte weights and 4 bytes of Adam moments, no gradients or master
+    copy counted: 48 GB unsharded; stages 1 and 2 shard only the 32 GB of moments (16 + 4 = 20 GB);
+    stage 3 shards everything (6 GB)."""
+    got = [memory.zero_model_states(8e9, ranks=8, stage=s, preset="lecture") for s in range(4)]
+    assert got == pytest.approx([48.0, 20.0, 20.0, 6.0], rel=1e-12)

@@ -13,8 +13,7 @@ import torch
 from minirl import losses
 
 from minirl.core import preferences
-from minirl.world import generate
-from minirl.world import rewards
+from minirl.world import generate, rewards
 
 
 # ---------------------------------------------------------------- the loss

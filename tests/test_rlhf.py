@@ -2,9 +2,11 @@
 every N-tuple of draws, the SFT loss and sequence log-probs one unpadded sequence at a time, Gao
 et al.'s fits on synthetic curves, the tilted optimum by a plain loop, PPO on a reward function
 against PPO on the equivalent task, the critic started from a reward model against the reward
-model itself, RAFT's winners, and the gold win rate and preference labels."""
+model itself, RAFT's winners (and that it fine-tunes on them), the gold win rate and preference
+labels, and the KL that `policy_report` and `heldout_report` give against a plain loop."""
 import itertools
 import math
+import random
 
 import pytest
 import torch
@@ -16,13 +18,10 @@ from minirl.lm.critic import completion_values, from_reward_model
 from minirl.lm.reward_head import load_reward_model
 from minirl.lm.tokenizer import PAD
 from minirl.losses import sft_loss
-from minirl.train import best_of_n as bon
-from minirl.train import overoptimization as over
-from minirl.train import rlhf, sft
+from minirl.train import best_of_n as bon, overoptimization as over, rlhf, sft
 from minirl.train.ppo import PPOConfig, train_ppo
 from minirl.train.raft import RAFTConfig, train_raft, winner_tokens
-from minirl.world import generate
-from minirl.world import rewards, tasks
+from minirl.world import evaluate, generate, rewards, tasks
 
 TINY_PPO = PPOConfig(steps=2, prompts_per_step=4, group_size=2, epochs=1, minibatches=1)
 DEMOS = [{"prompt": "order:", "completion": " one green tea please ."},
@@ -459,6 +458,45 @@ def test_winner_tokens_drop_the_left_padding_and_keep_eos(base, enc):
         assert seq == prompt + completion and prompt_len == len(prompt)
 
 
+def test_raft_fine_tunes_on_each_groups_best_draw(enc):
+    """One round, one fine-tuning step on one batch of every winner: its loss (taken before the step)
+    is the start's mean NLL of the winners' response tokens, from the unbatched loop. The draws are
+    the trainer's (prompts drawn by random.Random(seed), the sampler seeded by seed); the reward is
+    the completion's length in characters and the winner of a group its first longest draw, picked
+    here by a loop. The first draws and the shortest ones give other losses."""
+    def length(prompts, completions, **kwargs):
+        return [float(len(c)) for c in completions]
+
+    task, n, groups = tasks.orders_task(), 4, 6
+    config = RAFTConfig(rounds=1, prompts_per_round=groups, n=n, sft_steps=1, batch_size=groups, seed=4)
+    start = minirl.load_model("base")
+    rng = random.Random(config.seed)
+    prompts = [rng.choice(task.train_prompts) for _ in range(groups)]
+    draws = minirl.sample(start, prompts, max_new_tokens=task.max_new_tokens, group_size=n,
+                          generator=torch.Generator().manual_seed(config.seed), tokenizer=enc)
+    lengths = [len(t) for t in draws.texts]
+
+    def pick(choose):
+        return [g * n + choose(lengths[g * n:(g + 1) * n]) for g in range(groups)]
+
+    def mean_nll(rows):
+        items = []
+        for i in rows:
+            prompt = enc.encode_ordinary(draws.prompts[i])
+            items.append((prompt + draws.tokens[i, :int(draws.mask[i].sum())].tolist(), len(prompt)))
+        nll = [x for seq in response_nll_loop(start, items) for x in seq]
+        return sum(nll) / len(nll)
+
+    winners = pick(lambda group: group.index(max(group)))
+    others = {"first": pick(lambda group: 0), "shortest": pick(lambda group: group.index(min(group)))}
+    want = mean_nll(winners)
+    assert all(abs(mean_nll(rows) - want) > 0.01 for rows in others.values())
+    history = train_raft(minirl.load_model("base"), task, config, tokenizer=enc, reward_fn=length)
+    assert history[0]["sft_loss"] == pytest.approx(want, abs=1e-4)
+    assert history[0]["best_reward"] == pytest.approx(sum(lengths[i] for i in winners) / groups, abs=1e-12)
+    assert history[0]["reward"] == pytest.approx(sum(lengths) / len(lengths), abs=1e-12)
+
+
 # ---------------------------------------------------------------- judging against the gold
 def test_win_rate_equals_a_double_loop():
     g = torch.Generator().manual_seed(0)
@@ -518,3 +556,51 @@ def test_policy_report_against_its_own_samples(base, enc):
     assert report["truncated"] == out.truncated.float().mean().item()
     assert report["proxy"] == pytest.approx(sum(len(t) for t in out.texts) / 32, abs=1e-12)
     assert abs(report["kl"]) < 1e-4 and report["kl_se"] < 1e-4
+
+
+def plain_kl_samples(policy, reference, rollout, enc) -> list[float]:
+    """sum_t log pi - log pi_ref over each sampled completion (EOS included when it ended), both
+    log-probs recomputed one unpadded sequence at a time in float64."""
+    out = []
+    for i in range(rollout.tokens.size(0)):
+        prompt = enc.encode_ordinary(rollout.prompts[i])
+        item = [(prompt + rollout.tokens[i, :int(rollout.mask[i].sum())].tolist(), len(prompt))]
+        out.append(sum(response_nll_loop(reference, item)[0]) - sum(response_nll_loop(policy, item)[0]))
+    return out
+
+
+def shaken_sft(scale: float = 0.02):
+    """The SFT model with seeded noise on every parameter: a policy far enough from the base that
+    the KL estimate is large (about 3 nats on 16 samples) and its sign unmistakable."""
+    model = minirl.load_model("sft")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    return model
+
+
+def test_policy_report_kl_is_the_mean_log_ratio_of_the_policy_to_the_reference(enc):
+    """A shaken SFT model against the base: KL(pi || pi_ref) estimated as the mean over the report's
+    samples of sum_t log pi - log pi_ref, recomputed here; clearly positive, so a flipped sign cannot
+    pass."""
+    policy, reference = shaken_sft(), minirl.load_model("base")
+    report = rlhf.policy_report(policy, reference, samples=16, seed=11, tokenizer=enc)
+    out = minirl.sample(policy, ["order:"], max_new_tokens=16, group_size=16, generator=torch.Generator().manual_seed(11),
+                        tokenizer=enc)
+    kl = plain_kl_samples(policy, reference, out, enc)
+    want = sum(kl) / 16
+    assert want > 0.5 and report["kl"] == pytest.approx(want, abs=1e-3)
+    sd = math.sqrt(sum((x - want) ** 2 for x in kl) / 15)
+    assert report["kl_se"] == pytest.approx(sd / 4, abs=1e-3)
+    swapped = rlhf.policy_report(reference, policy, samples=16, seed=11, tokenizer=enc)["kl"]
+    assert swapped > 0  # KL(pi_ref || pi) on the base's own samples: positive too, not report["kl"] negated
+
+
+def test_heldout_report_kl_is_the_mean_log_ratio_of_the_model_to_the_reference(enc):
+    """`heldout_report`'s KL: a shaken SFT model against the base on the orders task's held-out prompt."""
+    policy, reference, task = shaken_sft(), minirl.load_model("base"), tasks.orders_task()
+    report = evaluate.heldout_report(policy, task, reference=reference, samples=16, seed=5, tokenizer=enc)
+    out = minirl.sample(policy, task.test_prompts, max_new_tokens=task.max_new_tokens, group_size=16,
+                        generator=torch.Generator().manual_seed(5), tokenizer=enc)
+    kl = plain_kl_samples(policy, reference, out, enc)
+    assert sum(kl) / len(kl) > 0.5 and report["kl"] == pytest.approx(sum(kl) / len(kl), abs=1e-3)

@@ -20,8 +20,7 @@ import nbformat
 import pytest
 from browser import browser  # noqa: F401
 
-from minirl.course import commands
-from minirl.course import site as course_site
+from minirl.course import commands, site as course_site
 
 pytestmark = pytest.mark.browser
 

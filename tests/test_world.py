@@ -9,8 +9,7 @@ import pytest
 from minirl.core import paths
 from minirl.exact import micro
 from minirl.lm.tokenizer import load_tokenizer
-from minirl.world import generate
-from minirl.world import datasets, grammar, rewards
+from minirl.world import datasets, generate, grammar, rewards
 
 
 def test_rebuild_reproduces_the_committed_world(tmp_path):

@@ -53,13 +53,10 @@ import minirl
 from minirl.core import compare
 from minirl.lm import reward_head
 from minirl.lm.tokenizer import PAD
-from minirl.train import best_of_n as bon
-from minirl.train import rlhf
-from minirl.train import reward_model as rmod
+from minirl.train import best_of_n as bon, reward_model as rmod, rlhf
 from minirl.train.ppo import PPOConfig, train_ppo
 from minirl.train.raft import RAFTConfig, train_raft
-from minirl.world import generate
-from minirl.world import datasets
+from minirl.world import datasets, generate
 from minirl.world.tasks import orders_task, reward_scores
 
 HERE = Path(__file__).parent

@@ -232,11 +232,16 @@ def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Ten
     if chosen_rewards.numel() == 0:
         raise ValueError("no pairs: the Bradley-Terry loss needs at least one (chosen, rejected) pair")
     delta = chosen_rewards - rejected_rewards  # (B,)
+    if not bool(torch.isfinite(delta).all()):  # NaN or inf in either side reaches the difference
+        _check_finite(chosen_rewards=chosen_rewards, rejected_rewards=rejected_rewards)
     y = torch.ones_like(delta) if labels is None else torch.as_tensor(labels, dtype=delta.dtype, device=delta.device)
     if y.shape != delta.shape:
         raise ValueError(f"labels shape {tuple(y.shape)} does not match the {delta.numel()} pairs")
     if not bool(((y >= 0) & (y <= 1)).all()):
-        raise ValueError("labels must be probabilities P(chosen preferred) in [0, 1] (1/2 for a tie)")
+        lo, hi = torch.stack(torch.aminmax(y)).tolist()
+        raise ValueError(f"labels must be probabilities P(chosen preferred) in [0, 1] (1/2 for a tie), got values from "
+                         f"{lo:g} to {hi:g}. Labels +1/-1? pass (y + 1) / 2. Reward differences? pass their "
+                         "torch.sigmoid (the Bradley-Terry probability)")
     m = torch.as_tensor(margin, dtype=delta.dtype, device=delta.device)
     if not bool(torch.isfinite(m).all() & (m >= 0).all()):
         raise ValueError(f"margin must be finite and >= 0, got {margin!r}")
@@ -247,8 +252,23 @@ def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Ten
 DPO_LOSS_TYPES = ("sigmoid", "ipo")
 
 
-def _pair_tensors(**tensors: torch.Tensor) -> None:
-    """Check that every tensor is a float (B,) of one shape with B >= 1."""
+def _check_finite(**tensors: torch.Tensor) -> None:
+    """Raise a ValueError naming the first tensor that holds NaN or inf (called once a check on
+    something computed from them failed, so the common case reads nothing back)."""
+    for name, x in tensors.items():
+        bad = ~torch.isfinite(x.detach())
+        if bool(bad.any()):
+            k = int(bad.flatten().nonzero()[0])
+            raise ValueError(f"{name} holds NaN or inf ({int(bad.sum())} of {x.numel()} entries; the first, at [{k}], "
+                             f"is {x.flatten()[k].item()}): what is computed from it is NaN or meaningless, and a "
+                             "trainer would then blame the learning rate. Find where it came from (a log of 0, a "
+                             "division by 0, a diverged model)")
+
+
+def _pair_tensors(log_probs: bool, **tensors: torch.Tensor) -> None:
+    """Check that every tensor is a float (B,) of one shape with B >= 1, every entry finite, and with
+    `log_probs` every entry <= 0 (a sequence log-prob; a probability or a reward is refused). One
+    read-back for all of them; the diagnosis runs only when it fails."""
     first = None
     for name, x in tensors.items():
         check_float(name, x)
@@ -256,9 +276,34 @@ def _pair_tensors(**tensors: torch.Tensor) -> None:
             shapes = {k: tuple(v.shape) for k, v in tensors.items()}
             raise ValueError(f"{', '.join(tensors)} must be (B,) tensors of one shape (one sequence log-prob per "
                              f"response), got {shapes}")
+        if first is not None and x.device != first.device:
+            raise ValueError(f"{name} is on {x.device} but {next(iter(tensors))} on {first.device}: compute both on "
+                             f"one device, or move one with .to({str(first.device)!r})")
         first = x if first is None else first
     if first.numel() == 0:
         raise ValueError("no pairs: the loss needs at least one (chosen, rejected) pair")
+    fine = [(torch.isfinite(x) & (x <= 0) if log_probs else torch.isfinite(x)).all() for x in tensors.values()]
+    if bool(torch.stack(fine).all()):
+        return
+    _check_finite(**tensors)
+    for name, x in tensors.items():
+        if bool((x > 0).any()):
+            raise ValueError(f"{name} must hold log-probabilities log pi(y | x) <= 0, but {int((x > 0).sum())} of "
+                             f"its {x.numel()} entries are positive (the largest {x.max().item():.4g}). Probabilities? "
+                             "pass their .log(). Rewards or logits? they are not log-probs: score each response with "
+                             "minirl.lm.sequences.sequence_logprobs")
+
+
+def check_label_smoothing(label_smoothing: float) -> float:
+    """`label_smoothing` after checking it lies in [0, 1/2): the probability that a label is flipped."""
+    eps = validate.number("label_smoothing", label_smoothing, 0.0)
+    if eps >= 0.5:
+        raise ValueError(f"label_smoothing must be below 0.5, got {label_smoothing!r}: it is the probability that a "
+                         "label is flipped, so at 0.5 every label is a coin flip, the loss is symmetric in the margin "
+                         "and its gradient is zero at the reference (nothing trains); above it the labels say the "
+                         "opposite. Use the label noise you expect, e.g. 0.1 (minirl.train.dpo.label_noise measures "
+                         "the orders world's), or swap chosen and rejected")
+    return eps
 
 
 def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor, ref_chosen_logps: torch.Tensor,
@@ -274,7 +319,8 @@ def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Ten
     'sigmoid' (DPO):  -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h)
                       the Bradley-Terry loss of the implicit reward beta log(pi / pi_ref); eps =
                       `label_smoothing`, the probability that a label is flipped (conservative DPO,
-                      Mitchell 2023): the loss of soft labels y = 1 - eps. It is log 2 at pi = pi_ref.
+                      Mitchell 2023), in [0, 1/2): the loss of soft labels y = 1 - eps. It is log 2 at
+                      pi = pi_ref.
     'ipo':            (h - (1 - 2 eps) / (2 beta))^2
                       IPO's squared loss: with hard labels (eps = 0) the margin's target is
                       1/(2 beta), Azar et al.'s 1/(2 tau); with eps it is the target of a soft label
@@ -282,13 +328,14 @@ def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Ten
                       TRL's 'ipo' ignores it.
 
     Returns (loss, chosen_rewards, rejected_rewards): the implicit rewards beta * (log pi - log
-    pi_ref) of each response, (B,), detached (they are for reading, not for gradients).
+    pi_ref) of each response, (B,), detached (they are for reading, not for gradients). Every input
+    must be finite and <= 0 (a log-probability); label_smoothing 1/2 is refused (nothing trains).
     """
-    _pair_tensors(policy_chosen_logps=policy_chosen_logps, policy_rejected_logps=policy_rejected_logps,
+    _pair_tensors(True, policy_chosen_logps=policy_chosen_logps, policy_rejected_logps=policy_rejected_logps,
                   ref_chosen_logps=ref_chosen_logps, ref_rejected_logps=ref_rejected_logps)
     validate.number("beta", beta, 0.0, open_low=True)
     validate.choice("loss_type", loss_type, DPO_LOSS_TYPES)
-    validate.number("label_smoothing", label_smoothing, 0.0, 0.5)
+    check_label_smoothing(label_smoothing)
     chosen = policy_chosen_logps - ref_chosen_logps  # (B,) log pi/pi_ref of y_c
     rejected = policy_rejected_logps - ref_rejected_logps
     h = chosen - rejected  # (B,)
@@ -309,7 +356,7 @@ def simpo_loss(chosen_avg_logps: torch.Tensor, rejected_avg_logps: torch.Tensor,
     chosen_avg_logps, rejected_avg_logps: (B,) *per-token mean* log-probs of each response.
     Returns (loss, chosen_rewards, rejected_rewards), the rewards beta * avg log-prob, detached.
     TRL writes the same loss as beta * (avg_c - avg_r - gamma / beta)."""
-    _pair_tensors(chosen_avg_logps=chosen_avg_logps, rejected_avg_logps=rejected_avg_logps)
+    _pair_tensors(True, chosen_avg_logps=chosen_avg_logps, rejected_avg_logps=rejected_avg_logps)
     validate.number("beta", beta, 0.0, open_low=True)
     validate.number("gamma", gamma, 0.0)
     loss = -F.logsigmoid(beta * (chosen_avg_logps - rejected_avg_logps) - gamma).mean()
@@ -319,7 +366,7 @@ def simpo_loss(chosen_avg_logps: torch.Tensor, rejected_avg_logps: torch.Tensor,
 def preference_accuracy(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor) -> float:
     """The share of pairs whose chosen response has the higher reward, a tie counting 1/2: at the
     start of DPO every implicit reward is 0, so the accuracy there is 1/2, not 0."""
-    _pair_tensors(chosen_rewards=chosen_rewards, rejected_rewards=rejected_rewards)
+    _pair_tensors(False, chosen_rewards=chosen_rewards, rejected_rewards=rejected_rewards)
     wins = (chosen_rewards > rejected_rewards).double() + 0.5 * (chosen_rewards == rejected_rewards).double()
     return wins.mean().item()
 

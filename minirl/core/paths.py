@@ -21,7 +21,7 @@ MANIFEST = "MANIFEST.json"
 # Which command writes which files (matched by path prefix, first match wins).
 REBUILD_COMMANDS = {
     "checkpoints/rm_": "python -m minirl.train.reward_models",
-    "checkpoints/sft": "python -m minirl.train.sft",
+    "checkpoints/sft": "python -m minirl.train.sft_model",
     "checkpoints/": "python -m minirl.train.pretrain",
     "": "python -m minirl.world",
 }

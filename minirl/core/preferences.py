@@ -52,9 +52,11 @@ def ranking_to_pairs(ranking: str | list[list[str]]) -> list[tuple[str, str, flo
 
 # ---------------------------------------------------------------- Bradley-Terry strengths
 def _games(winners, losers, n_items: int, labels) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(winners, losers, labels) as tensors, checked, all on the device of `winners` (a tensor's own,
+    the CPU for lists): every function here computes there, so CUDA ids stay on the GPU."""
     n_items = validate.integer("n_items", n_items, minimum=2)
     w = torch.as_tensor(winners, dtype=torch.long).flatten()
-    l = torch.as_tensor(losers, dtype=torch.long).flatten()
+    l = torch.as_tensor(losers, dtype=torch.long, device=w.device).flatten()
     if w.shape != l.shape or w.numel() == 0:
         raise ValueError(f"winners and losers must be equally long, non-empty lists of item ids, got {w.numel()} and "
                          f"{l.numel()}")
@@ -62,34 +64,44 @@ def _games(winners, losers, n_items: int, labels) -> tuple[torch.Tensor, torch.T
         raise ValueError(f"item ids must lie in [0, n_items={n_items})")
     if bool((w == l).any()):
         raise ValueError("an item cannot play itself: winners[g] == losers[g] for some game g")
-    y = torch.ones(w.numel(), dtype=torch.float64) if labels is None else torch.as_tensor(labels, dtype=torch.float64)
-    if y.shape != w.shape or not bool(((y >= 0) & (y <= 1)).all()):
-        raise ValueError("labels must be one probability in [0, 1] per game (1: the listed winner won, 1/2: a tie)")
+    if labels is None:
+        return w, l, torch.ones(w.numel(), dtype=torch.float64, device=w.device)
+    y = torch.as_tensor(labels, dtype=torch.float64, device=w.device).flatten()
+    if y.shape != w.shape:
+        raise ValueError(f"labels must hold one entry per game: got {y.numel()} labels for {w.numel()} games")
+    if not bool(((y >= 0) & (y <= 1)).all()):
+        lo, hi = torch.stack(torch.aminmax(y)).tolist()
+        raise ValueError(f"labels must be one probability in [0, 1] per game (1: the listed winner won, 1/2: a tie, "
+                         f"0: it lost), got values from {lo:g} to {hi:g}. Outcomes +1/-1? pass (y + 1) / 2. "
+                         "Strength or reward differences? pass their torch.sigmoid")
     return w, l, y
 
 
 def win_counts(winners, losers, n_items: int, labels=None) -> torch.Tensor:
     """(n_items,) each item's observed wins, a tie counting 1/2 to each side."""
     w, l, y = _games(winners, losers, n_items, labels)
-    wins = torch.zeros(n_items, dtype=torch.float64)
+    wins = torch.zeros(n_items, dtype=torch.float64, device=w.device)
     return wins.index_add_(0, w, y).index_add_(0, l, 1 - y)
 
 
 def expected_wins(theta: torch.Tensor, winners, losers, n_items: int) -> torch.Tensor:
     """(n_items,) each item's expected wins over the same games under strengths theta."""
     w, l, _ = _games(winners, losers, n_items, None)
-    theta = torch.as_tensor(theta, dtype=torch.float64)
+    theta = torch.as_tensor(theta, dtype=torch.float64, device=w.device)
+    if theta.shape != (n_items,) or not bool(torch.isfinite(theta).all()):
+        raise ValueError(f"theta must hold one finite strength per item, n_items={n_items} of them; got shape "
+                         f"{tuple(theta.shape)}{'' if theta.shape != (n_items,) else ' with NaN or inf'}")
     p = torch.sigmoid(theta[w] - theta[l])  # P(listed winner wins) per game
-    return torch.zeros(n_items, dtype=torch.float64).index_add_(0, w, p).index_add_(0, l, 1 - p)
+    return torch.zeros(n_items, dtype=torch.float64, device=w.device).index_add_(0, w, p).index_add_(0, l, 1 - p)
 
 
 def _strongly_connected(w: torch.Tensor, l: torch.Tensor, y: torch.Tensor, n: int) -> bool:
     """Can every item reach every other along 'beat at least partly' edges (both directions)?"""
-    beats = torch.zeros(n, n, dtype=torch.bool)
+    beats = torch.zeros(n, n, dtype=torch.bool, device=w.device)
     beats[w[y > 0], l[y > 0]] = True
     beats[l[y < 1], w[y < 1]] = True
     for graph in (beats, beats.T):
-        seen = torch.zeros(n, dtype=torch.bool)
+        seen = torch.zeros(n, dtype=torch.bool, device=w.device)
         seen[0] = True
         while True:
             grown = seen | graph[seen].any(dim=0)
@@ -116,21 +128,25 @@ def fit_bradley_terry(winners, losers, n_items: int, labels=None, l2: float = 0.
     """
     w, l, y = _games(winners, losers, n_items, labels)
     validate.number("l2", l2, 0.0)
+    validate.number("tol", tol, 0.0)
+    validate.integer("max_iter", max_iter)
     if l2 == 0 and not _strongly_connected(w, l, y, n_items):
         raise ValueError("the maximum-likelihood strengths do not exist: some items never lose (or never win) against "
                          "the rest, or some groups of items were never compared, so a strength runs to infinity or "
                          "floats free. Add games, or pass a prior such as l2=0.01")
-    theta = torch.zeros(n_items, dtype=torch.float64)
-    ones = torch.full((n_items, n_items), 1.0 / n_items, dtype=torch.float64)
+    f64 = {"dtype": torch.float64, "device": w.device}  # the games' device, not silently the CPU
+    theta = torch.zeros(n_items, **f64)
+    ones = torch.full((n_items, n_items), 1.0 / n_items, **f64)
+    eye = torch.eye(n_items, **f64)
     for _ in range(max_iter):
         p = torch.sigmoid(theta[w] - theta[l])  # (G,)
         grad = torch.zeros_like(theta).index_add_(0, w, y - p).index_add_(0, l, p - y) - l2 * theta
         c = p * (1 - p)  # curvature per game
-        lap = torch.zeros(n_items, n_items, dtype=torch.float64)  # the weighted graph Laplacian
+        lap = torch.zeros(n_items, n_items, **f64)  # the weighted graph Laplacian
         lap.index_put_((w, w), c, accumulate=True).index_put_((l, l), c, accumulate=True)
         lap.index_put_((w, l), -c, accumulate=True).index_put_((l, w), -c, accumulate=True)
         # -Hessian = lap + l2 I; the 11^T/n term fixes the free constant (grad has no component along 1)
-        step = torch.linalg.solve(lap + l2 * torch.eye(n_items, dtype=torch.float64) + ones, grad)
+        step = torch.linalg.solve(lap + l2 * eye + ones, grad)
         theta = theta + step
         theta = theta - theta.mean()
         if float(step.abs().max()) < tol:
@@ -141,17 +157,26 @@ def fit_bradley_terry(winners, losers, n_items: int, labels=None, l2: float = 0.
 # ---------------------------------------------------------------- Elo
 def elo(theta, base: float = 1000.0, scale: float = 400.0) -> torch.Tensor:
     """Elo ratings of Bradley-Terry strengths: base + scale / ln 10 * theta."""
+    validate.number("base", base)
+    validate.number("scale", scale, 0.0, open_low=True)
     return base + scale / math.log(10) * torch.as_tensor(theta, dtype=torch.float64)
 
 
 def elo_expected(rating_a, rating_b, scale: float = 400.0):
     """Elo's expected score of a against b: 1 / (1 + 10^((r_b - r_a) / scale)) = sigmoid(theta_a - theta_b)."""
+    validate.number("scale", scale, 0.0, open_low=True)
     return 1.0 / (1.0 + 10.0 ** ((rating_b - rating_a) / scale))
 
 
 def elo_update(rating_a: float, rating_b: float, score_a: float, k: float = 32.0, scale: float = 400.0) -> tuple[float, float]:
     """Ratings after one game in which a scored score_a (1 win, 1/2 draw, 0 loss): each side moves
     by K times (actual - expected) score, in opposite directions."""
+    validate.number("rating_a", rating_a)
+    validate.number("rating_b", rating_b)
+    if not 0 <= validate.number("score_a", score_a) <= 1:
+        raise ValueError(f"score_a must be a's score in [0, 1] (1 a win, 1/2 a draw, 0 a loss), got {score_a!r}. "
+                         "Outcomes +1/-1? pass (s + 1) / 2")
+    validate.number("k", k, 0.0)
     change = k * (score_a - elo_expected(rating_a, rating_b, scale))
     return rating_a + change, rating_b - change
 
@@ -160,10 +185,10 @@ def online_elo(winners, losers, n_items: int, labels=None, k: float = 32.0, base
                scale: float = 400.0) -> torch.Tensor:
     """Ratings (n_items,) after playing the games in order with `elo_update`, everyone starting at base."""
     w, l, y = _games(winners, losers, n_items, labels)
-    ratings = [float(base)] * n_items
+    ratings = [validate.number("base", base)] * n_items
     for a, b, s in zip(w.tolist(), l.tolist(), y.tolist()):
         ratings[a], ratings[b] = elo_update(ratings[a], ratings[b], s, k, scale)
-    return torch.tensor(ratings, dtype=torch.float64)
+    return torch.tensor(ratings, dtype=torch.float64, device=w.device)
 
 
 # ---------------------------------------------------------------- scorers against a known label model
@@ -171,8 +196,16 @@ def pair_weights(probs) -> torch.Tensor:
     """(n, n) P(the pair is (i, j)) when both items are drawn independently with `probs` and
     redrawn until they differ: p_i p_j / (1 - sum p^2) off the diagonal, 0 on it."""
     p = torch.as_tensor(probs, dtype=torch.float64)
-    if p.dim() != 1 or bool((p < 0).any()) or abs(float(p.sum()) - 1) > 1e-9:
-        raise ValueError("probs must be a 1-D probability vector (non-negative, summing to 1)")
+    if p.dim() != 1:
+        raise ValueError(f"probs must be a 1-D probability vector, one entry per item; got shape {tuple(p.shape)}")
+    if not bool((torch.isfinite(p) & (p >= 0)).all()):
+        raise ValueError(f"probs must be a probability vector: non-negative and finite, got {p.tolist()!r:.80}")
+    total = float(p.sum())
+    if abs(total - 1) > 1e-9:
+        raise ValueError(f"probs must sum to 1, got a sum of {total:g}: counts or weights? divide by their total "
+                         "(probs / probs.sum())")
+    if int((p > 0).sum()) < 2:
+        raise ValueError("probs must put mass on at least two items: a pair is two different items")
     w = p[:, None] * p[None, :]
     w.fill_diagonal_(0.0)
     return w / w.sum()
@@ -181,8 +214,20 @@ def pair_weights(probs) -> torch.Tensor:
 def accuracy_ceiling(utilities, probs) -> float:
     """E[sigmoid(|u_i - u_j|)] over the pair distribution: the expected agreement of the best
     possible scorer (u itself) with Bradley-Terry labels drawn on u."""
-    u = torch.as_tensor(utilities, dtype=torch.float64)
-    return float((pair_weights(probs) * torch.sigmoid((u[:, None] - u[None, :]).abs())).sum())
+    weights = pair_weights(probs)
+    u = _per_item("utilities", utilities, weights)
+    return float((weights * torch.sigmoid((u[:, None] - u[None, :]).abs())).sum())
+
+
+def _per_item(name: str, values, weights: torch.Tensor) -> torch.Tensor:
+    """values as a float64 tensor on the weights' device, after checking it holds one finite number per item."""
+    x = torch.as_tensor(values, dtype=torch.float64, device=weights.device)
+    if x.shape != weights.shape[:1]:
+        raise ValueError(f"{name} and probs need one entry per item: got {tuple(x.shape)} {name} and "
+                         f"{weights.size(0)} probs")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} holds NaN or inf: {x.tolist()!r:.80}")
+    return x
 
 
 def expected_accuracy(scores, utilities, probs) -> float:
@@ -192,10 +237,12 @@ def expected_accuracy(scores, utilities, probs) -> float:
     u = torch.as_tensor(utilities, dtype=torch.float64)
     if s.shape != u.shape:
         raise ValueError(f"one score per item: got {tuple(s.shape)} scores for {tuple(u.shape)} utilities")
+    weights = pair_weights(probs)
+    s, u = _per_item("scores", s, weights), _per_item("utilities", u, weights)
     p_first = torch.sigmoid(u[:, None] - u[None, :])  # P(label prefers i over j)
     says_first = (s[:, None] > s[None, :]).double() + 0.5 * (s[:, None] == s[None, :]).double()
     agree = says_first * p_first + (1 - says_first) * (1 - p_first)
-    return float((pair_weights(probs) * agree).sum())
+    return float((weights * agree).sum())
 
 
 def reliability(predicted, outcome, weights=None, bins: int = 10) -> dict[str, torch.Tensor | float]:
@@ -205,16 +252,28 @@ def reliability(predicted, outcome, weights=None, bins: int = 10) -> dict[str, t
 
     outcome: 0/1 labels (held-out pairs) or true probabilities (the exact label model).
     """
+    bins = validate.integer("bins", bins)
     q = torch.as_tensor(predicted, dtype=torch.float64).flatten()
-    o = torch.as_tensor(outcome, dtype=torch.float64).flatten()
-    wt = torch.ones_like(q) if weights is None else torch.as_tensor(weights, dtype=torch.float64).flatten()
+    o = torch.as_tensor(outcome, dtype=torch.float64, device=q.device).flatten()
+    wt = torch.ones_like(q) if weights is None else torch.as_tensor(weights, dtype=torch.float64, device=q.device)
+    wt = wt.flatten()
     if not q.shape == o.shape == wt.shape:
         raise ValueError("predicted, outcome and weights need one entry each per pair")
+    if q.numel() == 0:
+        raise ValueError("no pairs: a reliability diagram needs at least one prediction")
+    for name, x, hint in (("predicted", q, "Scores or reward differences? pass their torch.sigmoid"),
+                          ("outcome", o, "Outcomes +1/-1? pass (y + 1) / 2")):
+        if not bool(((x >= 0) & (x <= 1)).all()):
+            lo, hi = torch.stack(torch.aminmax(x)).tolist()
+            raise ValueError(f"{name} must be probabilities in [0, 1], got values from {lo:g} to {hi:g}. {hint}")
+    if not bool((torch.isfinite(wt) & (wt >= 0)).all()) or not wt.sum() > 0:
+        raise ValueError("weights must be finite and non-negative with a positive total (they are normalized to sum "
+                         f"to 1), got {wt.tolist()!r:.80}")
     wt = wt / wt.sum()
     idx = (q * bins).long().clamp(0, bins - 1)
-    mass = torch.zeros(bins, dtype=torch.float64).index_add_(0, idx, wt)
+    mass = torch.zeros(bins, dtype=torch.float64, device=q.device).index_add_(0, idx, wt)
     safe = mass.clamp(min=1e-300)
-    mean_q = torch.zeros(bins, dtype=torch.float64).index_add_(0, idx, wt * q) / safe
-    mean_o = torch.zeros(bins, dtype=torch.float64).index_add_(0, idx, wt * o) / safe
+    mean_q = torch.zeros(bins, dtype=torch.float64, device=q.device).index_add_(0, idx, wt * q) / safe
+    mean_o = torch.zeros(bins, dtype=torch.float64, device=q.device).index_add_(0, idx, wt * o) / safe
     ece = float((mass * (mean_o - mean_q).abs()).sum())
     return {"predicted": mean_q, "observed": mean_o, "weight": mass, "ece": ece}

@@ -293,7 +293,8 @@ def write_grades(columns: list[str], table: dict[str, dict[str, str]], runs: dic
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="The course's commands: open it, hand it out, check it, grade it.")
+    parser = argparse.ArgumentParser(prog="python -m minirl.course",
+                                     description="The course's commands: open it, hand it out, check it, grade it.")
     sub = parser.add_subparsers(dest="command", required=True)
     opener = sub.add_parser("start", help="open the exercise versions (made once in exercises/) in JupyterLab")
     opener.add_argument("--solved", action="store_true", help="open the solved lessons instead")

@@ -201,7 +201,8 @@ def build(out: Path, student: bool = False) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Build the course as a static site (no network needed to view it).")
+    parser = argparse.ArgumentParser(prog="python -m minirl.course.site",
+                                     description="Build the course as a static site (no network needed to view it).")
     parser.add_argument("--out", help="folder to write (default: site/ beside lessons/, or site/student/ with --student)")
     parser.add_argument("--student", action="store_true", help="the student-safe site: no solutions, no hunt answers")
     args = parser.parse_args()

@@ -17,25 +17,47 @@ import torch.nn.functional as F
 
 from ..core import validate
 from .imitation import state_visitation
-from .irl import episode_distribution, per_prompt_mean
+from .irl import (_check_episode_distribution, _check_mdp, _check_nonnegative, _check_tensor, episode_distribution,
+                  per_prompt_mean)
 from .mdp import MicroMDP
 
 __all__ = ["discriminator_loss", "optimal_logits", "kl", "train", "occupancy", "prefix_logits", "generator_step"]
 
 
+def _check_pair(name: str, p, other: str, q) -> None:
+    """Two finite, non-negative 1-D tensors of one shape (episode distributions, not checked to sum to 1)."""
+    for n, x in ((name, p), (other, q)):
+        _check_tensor(n, x, ("N",), "a probability per episode")
+    if p.shape != q.shape:
+        raise ValueError(f"{name} and {other} must be 1-D of one shape, got {tuple(p.shape)} and {tuple(q.shape)}")
+    _check_nonnegative(name, p)
+    _check_nonnegative(other, q)
+
+
 def discriminator_loss(mdp: MicroMDP, psi: torch.Tensor, expert: torch.Tensor, policy: torch.Tensor) -> torch.Tensor:
     """1/2 [E_{p_E}[-log D] + E_{p_pi}[-log(1 - D)]], mean over prompts. psi, expert, policy: (N,)."""
+    _check_tensor("psi", psi, (len(_check_mdp(mdp).table.prompt),), "one discriminator logit per episode of mdp.table")
+    _check_episode_distribution(mdp, "expert", expert)
+    _check_episode_distribution(mdp, "policy", policy)
+    return _discriminator_loss(mdp, psi, expert, policy)
+
+
+def _discriminator_loss(mdp: MicroMDP, psi: torch.Tensor, expert: torch.Tensor, policy: torch.Tensor) -> torch.Tensor:
+    """`discriminator_loss` without the checks, for `train`'s inner loop (its inputs checked once)."""
     per_episode = 0.5 * (-expert * F.logsigmoid(psi) - policy * F.logsigmoid(-psi))
     return per_prompt_mean(mdp, torch.ones_like(psi), per_episode[:, None]).squeeze(0)
 
 
 def optimal_logits(expert: torch.Tensor, policy: torch.Tensor) -> torch.Tensor:
     """The logit of D* = p_E / (p_E + p_pi): log p_E - log p_pi, (N,)."""
+    _check_pair("expert", expert, "policy", policy)
     return expert.log() - policy.log()
 
 
 def kl(p: torch.Tensor, q: torch.Tensor, mdp: MicroMDP) -> float:
     """KL(p || q) between two episode distributions, mean over prompts (0 log 0 = 0)."""
+    _check_episode_distribution(_check_mdp(mdp), "p", p)
+    _check_episode_distribution(mdp, "q", q, sums=False)
     terms = torch.where(p > 0, p * (p.log() - q.log()), torch.zeros_like(p))
     return per_prompt_mean(mdp, torch.ones_like(p), terms[:, None]).item()
 
@@ -46,15 +68,19 @@ def train(mdp: MicroMDP, expert: torch.Tensor, logits: torch.Tensor, steps: int,
     start) and one policy step, `steps` times, from tabular `logits`. Returns per step: KL(p_E || p_pi),
     the discriminator's loss, the largest |D - 1/2| over the episodes the expert or policy can write,
     and the largest gap between the discriminator's logit and the optimal one."""
+    _check_episode_distribution(_check_mdp(mdp), "expert", expert)
+    mdp.check_logits(logits)
     validate.integer("steps", steps, minimum=0)
     validate.integer("disc_steps", disc_steps)
+    validate.number("policy_lr", policy_lr, 0.0, open_low=True)
+    validate.number("disc_lr", disc_lr, 0.0, open_low=True)
     theta = logits.detach().double().clone().requires_grad_(True)
     psi = torch.zeros(len(expert), dtype=torch.float64, requires_grad=True)
     history = []
     for _ in range(steps):
         policy = episode_distribution(mdp, theta.detach())
         for _ in range(disc_steps):
-            loss = discriminator_loss(mdp, psi, expert, policy)
+            loss = _discriminator_loss(mdp, psi, expert, policy)
             (grad,) = torch.autograd.grad(loss, psi)
             psi = (psi - disc_lr * len(mdp.prompts) * grad).detach().requires_grad_(True)
         d = torch.sigmoid(psi.detach())
@@ -84,4 +110,8 @@ def generator_step(mdp: MicroMDP, logits: torch.Tensor, rewards: torch.Tensor, b
     """The KL-regularized best response to per-step rewards r(s, a): pi'(tau) = pi(tau) e^{R(tau)/beta} / Z,
     by soft value iteration on r / beta + log pi(a | s). Logits of pi'."""
     validate.number("beta", beta, 0.0, open_low=True)
+    _check_mdp(mdp).check_logits(logits)
+    if not isinstance(rewards, torch.Tensor) or tuple(rewards.shape) != mdp.shape:
+        raise ValueError(f"rewards: a reward table has shape {mdp.shape} (states x actions), got "
+                         f"{tuple(rewards.shape) if isinstance(rewards, torch.Tensor) else type(rewards).__name__}")
     return mdp.soft_value_iteration(rewards / beta + torch.log_softmax(logits.double(), dim=-1))[0]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .critic import ValueHead
 from .model import GPT
-from .reward_head import RewardModel
+from .reward_head import RewardModel, check_pad_id, check_reward_model
 from .sampling import positions_from_mask
 from .tokenizer import EOS, PAD, SPECIAL_TOKENS, load_ranks, load_tokenizer
 
@@ -109,6 +109,8 @@ def to_hf_reward_model(rm: RewardModel):
     `reward_std`; HF's model returns the raw score (its head has no bias to fold the mean into)."""
     from transformers import GPT2ForSequenceClassification
 
+    check_reward_model(rm)
+    check_pad_id(rm.pad_token_id, rm.transformer.config.vocab_size)  # not EOS, even if set after construction
     config = hf_config(rm.transformer)
     config.num_labels, config.pad_token_id = 1, rm.pad_token_id
     config.reward_mean, config.reward_std = rm.reward_mean.item(), rm.reward_std.item()
@@ -168,8 +170,24 @@ def save(folder, policy: GPT, reward_model: RewardModel | None = None,
         AutoModelForCausalLM.from_pretrained(folder); AutoTokenizer.from_pretrained(folder)
         AutoModelForSequenceClassification.from_pretrained(folder / "reward_model")
         AutoModelForTokenClassification.from_pretrained(folder / "critic")
+
+    A folder that exists is written into (an earlier export's files replaced, others left alone); a
+    path that is a file, where a folder goes, is refused (Hugging Face would log it and write nothing).
     """
+    if not isinstance(policy, GPT):
+        raise TypeError(f"policy must be a minirl GPT, e.g. minirl.load_model('sft'); got {type(policy).__name__}")
+    if reward_model is not None:
+        check_reward_model(reward_model, "reward_model")
+    if critic is not None and not (isinstance(critic, (tuple, list)) and len(critic) == 2 and isinstance(critic[0], GPT)
+                                   and isinstance(critic[1], ValueHead)):
+        raise TypeError(f"critic must be a (trunk, head) pair: a minirl GPT and its ValueHead; got {type(critic).__name__}")
     folder = Path(folder)
+    wanted = [folder] + [folder / name for name, given in (("reward_model", reward_model), ("critic", critic))
+                         if given is not None]
+    for path in wanted:
+        if path.is_file():
+            raise ValueError(f"{path} is a file: save writes a folder there (from_pretrained reads folders); pass the "
+                             "path of a folder, new or existing")
     models = {"policy": (folder, to_hf_gpt2(policy))}
     if reward_model is not None:
         models["reward_model"] = (folder / "reward_model", to_hf_reward_model(reward_model))

@@ -15,6 +15,7 @@ are built by `python -m minirl.train.reward_models`.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 from dataclasses import asdict
 
@@ -24,21 +25,26 @@ import torch.nn as nn
 from ..core import paths, validate
 from .model import GPT, GPTConfig, load_model
 from .sampling import sample
-from .sequences import right_pad
-from .tokenizer import PAD, load_tokenizer
+from .sequences import check_token_lists, right_pad
+from .tokenizer import EOS, PAD, SPECIAL_TOKENS, load_tokenizer
 
-__all__ = ["RewardModel", "last_token_index", "from_base", "score_ids", "score_texts", "normalize", "REWARD_MODELS",
-           "checkpoint_path", "save_reward_model", "load_reward_model", "reward_model_card"]
+__all__ = ["RewardModel", "check_pad_id", "check_reward_model", "last_token_index", "from_base", "score_ids", "score_texts",
+           "normalize", "REWARD_MODELS", "check_name", "checkpoint_path", "save_reward_model", "load_reward_model",
+           "reward_model_card"]
 
 
 class RewardModel(nn.Module):
     """r(prompt + completion): a bias-free linear head on the trunk's last real token.
 
     input_ids (B, T), right-padded with `pad_token_id` -> raw scores (B,). `normalized` applies
-    the stored normalization (reward_mean, reward_std): (r - mean) / std.
+    the stored normalization (reward_mean, reward_std): (r - mean) / std. `pad_token_id` must be
+    the tokenizer's <|pad|>, not EOS (`check_pad_id`).
     """
 
     def __init__(self, trunk: GPT, pad_token_id: int):
+        if not isinstance(trunk, GPT):
+            raise TypeError(f"trunk must be a minirl GPT, e.g. minirl.load_model('base'); got {type(trunk).__name__}")
+        check_pad_id(pad_token_id, trunk.config.vocab_size)
         super().__init__()
         self.transformer = trunk
         self.score = nn.Linear(trunk.config.n_embd, 1, bias=False)
@@ -64,6 +70,26 @@ class RewardModel(nn.Module):
         return (raw - self.reward_mean.to(raw.dtype)) / self.reward_std.to(raw.dtype)
 
 
+def check_pad_id(pad_token_id, vocab_size: int) -> None:
+    """Check a reward model's pad id lies in the vocabulary and is not EOS. A minirl tokenizer ends
+    with its special tokens, EOS then <|pad|> (ids vocab_size - 2 and vocab_size - 1): were padding
+    EOS, a completion's own EOS would count as padding and its score be read one token early."""
+    validate.integer("pad_token_id", pad_token_id, minimum=-2**63)
+    if not 0 <= pad_token_id < vocab_size:
+        raise ValueError(f"pad_token_id must lie in [0, {vocab_size}), the model's vocabulary; got {pad_token_id}. "
+                         "Pass the tokenizer's <|pad|> id: enc.encode_single_token(PAD)")
+    eos, pad = (vocab_size - len(SPECIAL_TOKENS) + SPECIAL_TOKENS.index(t) for t in (EOS, PAD))
+    if pad_token_id == eos:
+        raise ValueError(f"pad_token_id={pad_token_id} is EOS ({EOS}): a completion's EOS would be taken for padding and "
+                         f"its score read one token early. Pass <|pad|>'s id, {pad} (enc.encode_single_token(PAD))")
+
+
+def check_reward_model(rm, name: str = "rm") -> None:
+    if not isinstance(rm, RewardModel):
+        raise TypeError(f"{name} must be a minirl RewardModel, e.g. minirl.lm.reward_head.load_reward_model('rm_all'); "
+                        f"got {type(rm).__name__}")
+
+
 def last_token_index(input_ids: torch.Tensor, pad_token_id: int) -> torch.Tensor:
     """(B,) position of each row's last real token: the rightmost one that is not padding (as
     Hugging Face's sequence classifiers find it). Rows must be right-padded and not all padding."""
@@ -78,11 +104,17 @@ def last_token_index(input_ids: torch.Tensor, pad_token_id: int) -> torch.Tensor
     return last
 
 
-def from_base(base: GPT | None = None, tokenizer=None) -> RewardModel:
-    """A reward model on a trainable copy of the base model's trunk, its head at zero."""
+def from_base(base: GPT | None = None, tokenizer=None, device: str | torch.device | None = None) -> RewardModel:
+    """A reward model on a trainable copy of the base model's trunk, its head at zero. It lives on
+    `device` ('cpu', 'cuda', ...); by default on the base's device, and for base=None (the shipped
+    base model, loaded here) on the CPU."""
+    if base is not None and not isinstance(base, GPT):
+        raise TypeError(f"base must be a minirl GPT (or None for the shipped base model), got {type(base).__name__}")
+    device = validate.resolve_device(device) if device is not None else None
     enc = tokenizer or load_tokenizer()
     trunk = copy.deepcopy(base) if base is not None else load_model("base")
-    device = next(trunk.parameters()).device
+    if device is None:
+        device = next(trunk.parameters()).device
     return RewardModel(trunk.train().requires_grad_(True), enc.encode_single_token(PAD)).to(device)
 
 
@@ -90,7 +122,13 @@ def from_base(base: GPT | None = None, tokenizer=None) -> RewardModel:
 def score_ids(rm: RewardModel, seqs: list[list[int]], normalized: bool = False, batch_size: int = 256) -> torch.Tensor:
     """(B,) float64 scores of token-id sequences (prompt + completion [+ EOS]) on the CPU. Each is
     read at its own last token, known from its length: a policy under optimization pressure can
-    write the pad token itself, and such a row must not be mistaken for a padded one."""
+    write the pad token itself, and such a row must not be mistaken for a padded one. Each must
+    hold 1 to n_ctx ids inside the vocabulary (lists or tuples of ints)."""
+    check_reward_model(rm)
+    config = rm.transformer.config
+    check_token_lists("seqs", seqs, config.vocab_size, config.n_ctx)
+    validate.integer("batch_size", batch_size)
+    seqs = [list(s) for s in seqs]
     was_training = rm.training
     rm.eval()
     device = rm.score.weight.device
@@ -107,14 +145,23 @@ def score_ids(rm: RewardModel, seqs: list[list[int]], normalized: bool = False, 
 def score_texts(rm: RewardModel, texts: list[str], tokenizer=None, normalized: bool = False) -> torch.Tensor:
     """(B,) scores of full texts (prompt + completion) that ended with EOS."""
     enc = tokenizer or load_tokenizer()
-    if isinstance(texts, str):
-        raise TypeError("texts must be a list of strings")
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
+        raise TypeError(f"texts must be a list of strings, got {type(texts).__name__}")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"texts[{i}] must be a string (prompt + completion), got {type(t).__name__} {t!r:.60}")
     return score_ids(rm, [enc.encode_ordinary(t) + [enc.eot_token] for t in texts], normalized)
 
 
 def normalize(rm: RewardModel, policy: GPT, samples: int = 512, seed: int = 0, tokenizer=None) -> dict[str, float]:
     """Set the stored normalization to mean 0, sd 1 over `samples` orders sampled from `policy`
-    (the base model) at temperature 1; returns {'mean', 'std'} of the raw scores."""
+    (the base model) at temperature 1; returns {'mean', 'std'} of the raw scores. A standard
+    deviation needs two samples at least."""
+    check_reward_model(rm)
+    if not isinstance(policy, GPT):
+        raise TypeError(f"policy must be a minirl GPT (the base model, minirl.load_model('base')); got "
+                        f"{type(policy).__name__}")
+    validate.integer("samples", samples, minimum=2)
     enc = tokenizer or load_tokenizer()
     gen = torch.Generator().manual_seed(seed)  # on the CPU: the same samples on every device
     out = sample(policy, ["order:"], max_new_tokens=16, group_size=samples, generator=gen, tokenizer=enc)
@@ -132,8 +179,16 @@ REWARD_MODELS = {
 }
 
 
+def check_name(name: str) -> None:
+    """Check `name` is a shipped reward model's; a typo gets the nearest name."""
+    if name not in REWARD_MODELS:
+        near = difflib.get_close_matches(str(name), list(REWARD_MODELS), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ";"
+        raise ValueError(f"unknown reward model {name!r}{hint} choose one of {', '.join(map(repr, sorted(REWARD_MODELS)))}")
+
+
 def checkpoint_path(name: str) -> str:
-    validate.choice("reward model", name, sorted(REWARD_MODELS))
+    check_name(name)
     return f"checkpoints/{name}.pt"
 
 

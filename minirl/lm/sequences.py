@@ -8,16 +8,19 @@ EOS | prompt) as the masked sum of per-token log-probs.
 """
 from __future__ import annotations
 
+import numbers
 import warnings
 
 import torch
 
+from ..core import validate
 from ..core.ops import sequence_logprob, token_logprobs
 from .model import GPT
 from .tokenizer import PAD, load_tokenizer
 
-__all__ = ["sequence_ids", "check_leading_space", "right_pad", "response_mask", "response_batch", "pair_tokens",
-           "demo_tokens", "tokenized_logprobs", "sequence_logprobs"]
+__all__ = ["PAIR_FORM", "DEMO_FORM", "sequence_ids", "check_records", "check_token_lists", "check_leading_space",
+           "right_pad", "response_mask", "response_batch", "pair_tokens", "demo_tokens", "tokenized_logprobs",
+           "sequence_logprobs"]
 
 
 def sequence_ids(enc, prompt: str, completion: str, ended: bool = True) -> tuple[list[int], int]:
@@ -25,6 +28,43 @@ def sequence_ids(enc, prompt: str, completion: str, ended: bool = True) -> tuple
     EOS when the completion ended (not when it was cut at the length limit)."""
     p = enc.encode_ordinary(prompt)
     return p + enc.encode_ordinary(completion) + ([enc.eot_token] if ended else []), len(p)
+
+
+def check_records(records, name: str, fields: tuple[str, ...], what: str) -> None:
+    """Check `records` is a non-empty list of dicts, each with the string `fields`; `what` describes
+    one record for the message, e.g. "each pair is a dict {'prompt', 'chosen', 'rejected'[, 'label']}"."""
+    if isinstance(records, (dict, str)) or not isinstance(records, (list, tuple)) or not records:
+        got = f"an empty {type(records).__name__}" if isinstance(records, (list, tuple)) else f"a {type(records).__name__}"
+        raise ValueError(f"{name} must be a non-empty list of records, got {got}: {what}")
+    for i, r in enumerate(records):
+        if not isinstance(r, dict):
+            raise TypeError(f"{name}[{i}] must be a dict, got {type(r).__name__} {r!r:.60}: {what}")
+        for field in fields:
+            if field not in r:
+                raise ValueError(f"{name}[{i}] has no {field!r} (its keys: {', '.join(map(repr, r))}): {what}")
+            if not isinstance(r[field], str):
+                raise TypeError(f"{name}[{i}][{field!r}] must be a string, got {r[field]!r:.60} ({type(r[field]).__name__}): "
+                                f"{what}")
+
+
+def check_token_lists(name: str, seqs, vocab_size: int, n_ctx: int | None = None, min_length: int = 1) -> None:
+    """Check `seqs` is a list of token-id lists (ints; tuples too), each of at least `min_length`
+    and at most `n_ctx` ids, inside a vocabulary of `vocab_size`: what the GPT's forward checks,
+    done before the ids are padded into a batch, so the message names the sequence."""
+    if isinstance(seqs, torch.Tensor) or not isinstance(seqs, (list, tuple)):
+        hint = "; for a (B, T) tensor of ids pass ids.tolist()" if isinstance(seqs, torch.Tensor) else ""
+        raise TypeError(f"{name} must be a list of token-id lists (one per sequence), got {type(seqs).__name__}{hint}")
+    for i, s in enumerate(seqs):
+        if not isinstance(s, (list, tuple)) or not all(
+                isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in s):
+            raise TypeError(f"{name}[{i}] must be a list of int token ids (e.g. enc.encode_ordinary(text) + "
+                            f"[enc.eot_token]), got {type(s).__name__} {s!r:.60}")
+        if len(s) < min_length:
+            raise ValueError(f"{name}[{i}] is empty: every sequence needs at least one token (prompt + completion)")
+        if n_ctx is not None and len(s) > n_ctx:
+            raise ValueError(f"{name}[{i}] has {len(s)} tokens, more than the model's context window n_ctx={n_ctx}: "
+                             "shorten the prompt or the completion")
+        validate.token_ids(f"{name}[{i}]", s, vocab_size)
 
 
 def check_leading_space(responses: list[str], what: str = "responses") -> None:
@@ -64,9 +104,18 @@ def response_batch(items: list[tuple[list[int], int]], pad: int, device) -> tupl
     return ids, response_mask(list(seqs), list(prompt_lens), ids.size(1), device)[:, 1:]
 
 
+PAIR_FORM = "each pair is a dict {'prompt', 'chosen', 'rejected'[, 'label']} of strings (label: P(chosen preferred))"
+DEMO_FORM = "each demonstration is a dict with string fields 'prompt' and 'completion', e.g. {'prompt': 'order:', " \
+            "'completion': ' one tea please .'}"
+
+
 def pair_tokens(pairs: list[dict], enc) -> list[tuple[list[int], int, list[int], float]]:
     """Each pair {'prompt', 'chosen', 'rejected'[, 'label']} as (chosen ids, prompt length,
     rejected ids, label); label = P(chosen preferred), 1 unless given."""
+    check_records(pairs, "pairs", ("prompt", "chosen", "rejected"), PAIR_FORM)
+    for i, r in enumerate(pairs):
+        if "label" in r:
+            validate.number(f"pairs[{i}]['label']", r["label"], 0.0, 1.0)
     out = []
     for r in pairs:
         chosen, prompt_len = sequence_ids(enc, r["prompt"], r["chosen"])
@@ -76,12 +125,8 @@ def pair_tokens(pairs: list[dict], enc) -> list[tuple[list[int], int, list[int],
 
 def demo_tokens(demos: list[dict], enc) -> list[tuple[list[int], int]]:
     """Each demonstration {'prompt', 'completion'} as (prompt + completion + EOS ids, prompt length)."""
-    if isinstance(demos, dict) or not demos:
-        raise ValueError("demos must be a non-empty list of {'prompt': ..., 'completion': ...} records")
-    try:
-        return [sequence_ids(enc, d["prompt"], d["completion"]) for d in demos]
-    except (KeyError, TypeError):
-        raise ValueError("each demonstration must be a dict with string fields 'prompt' and 'completion'") from None
+    check_records(demos, "demos", ("prompt", "completion"), DEMO_FORM)
+    return [sequence_ids(enc, d["prompt"], d["completion"]) for d in demos]
 
 
 def tokenized_logprobs(model: GPT, items: list[tuple[list[int], int]], pad: int, average: bool = False) -> torch.Tensor:

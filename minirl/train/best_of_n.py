@@ -28,10 +28,39 @@ from ..core import validate
 from ..lm.model import GPT
 from ..lm.sampling import Rollout, sample
 from ..lm.tokenizer import load_tokenizer
-from ..world.tasks import RewardFn, reward_scores
+from ..world.tasks import RewardFn, check_signature, reward_scores
 
 __all__ = ["kl_bound", "select_best", "exact_distribution", "kl_divergence", "kl_plugin_estimate", "BestOfN",
            "best_of_n"]
+
+
+def _check_scores(name: str, x) -> torch.Tensor:
+    """x after checking it is a 1-D tensor of finite numbers (a list would meet torch's errors instead)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}; wrap it: torch.tensor({name})")
+    if x.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(x.shape)}")
+    bad = (~torch.isfinite(x)).nonzero().flatten().tolist()
+    if bad:
+        raise ValueError(f"{name} must be finite, got {len(bad)} NaN or inf entries (the first {x[bad[0]].item()} at "
+                         f"index {bad[0]})")
+    return x
+
+
+def _check_device(name: str, x: torch.Tensor, other: str, y: torch.Tensor) -> None:
+    """x and y on one device, and one that has float64 (the exact computations here need it)."""
+    if x.device != y.device:
+        raise ValueError(f"{name} is on {x.device} but {other} on {y.device}; put both on one device")
+    if x.device.type == "mps":
+        raise ValueError(f"{name} is on an MPS device, which has no float64, and this exact computation is done in "
+                         f"float64: pass {name}.cpu() and {other}.cpu() (the result is a small table)")
+
+
+def _check_nonnegative(name: str, p: torch.Tensor) -> None:
+    """p (finite, 1-D, checked) holds probabilities >= 0."""
+    if bool((p < 0).any()):
+        raise ValueError(f"{name} must hold probabilities >= 0, got {int((p < 0).sum())} negative entries (the "
+                         f"first {p[p < 0][0].item():.4g})")
 
 
 def kl_bound(n: int) -> float:
@@ -44,9 +73,12 @@ def select_best(scores: torch.Tensor, n: int) -> torch.Tensor:
     """(B,) index into scores (B*n,) of each group's best: groups are consecutive blocks of n,
     and a tie goes to the first of the tied draws."""
     n = validate.integer("n", n)
+    if not isinstance(scores, torch.Tensor):
+        raise TypeError(f"scores must be a torch.Tensor, got {type(scores).__name__}; wrap it: torch.tensor(scores)")
     if scores.dim() != 1 or scores.numel() % n:
         raise ValueError(f"scores must be 1-D with a multiple of n={n} entries (consecutive groups of n), "
                          f"got shape {tuple(scores.shape)}")
+    _check_scores("scores", scores)  # a NaN is never the max: its group's pick would silently be the first
     groups = scores.view(-1, n)  # (B, n)
     best = groups.max(dim=1, keepdim=True).values
     first = (groups == best).float().argmax(dim=1)  # first position that attains the maximum
@@ -58,13 +90,17 @@ def exact_distribution(probs: torch.Tensor, scores: torch.Tensor, n: int) -> tor
     pi (summing to 1) and rewards `scores`: each reward level gets F^n - F-^n, shared within the
     level in proportion to probs."""
     n = validate.integer("n", n)
-    if probs.shape != scores.shape or probs.dim() != 1:
+    _check_scores("probs", probs)
+    _check_scores("scores", scores)
+    if probs.shape != scores.shape:
         raise ValueError(f"probs and scores must be 1-D of one shape, got {tuple(probs.shape)} and {tuple(scores.shape)}")
+    _check_device("probs", probs, "scores", scores)
     probs = probs.double()
     if abs(probs.sum().item() - 1) > 1e-6 or bool((probs < 0).any()):
         raise ValueError(f"probs must be a distribution (>= 0, summing to 1), got a sum of {probs.sum().item():.6f}")
     levels, level_of = torch.unique(scores.double(), return_inverse=True)  # ascending reward levels
-    mass = torch.zeros(len(levels), dtype=torch.float64).index_add_(0, level_of, probs)  # (L,) pi(level)
+    mass = torch.zeros(len(levels), dtype=torch.float64, device=probs.device)  # (L,) pi(level), where probs live
+    mass.index_add_(0, level_of, probs)
     cdf = mass.cumsum(0).clamp(max=1.0)  # F at each level
     below = cdf - mass  # F- (strictly below)
     level_prob = cdf ** n - below.clamp(min=0.0) ** n  # (L,) P(best of n lands on the level)
@@ -76,6 +112,13 @@ def exact_distribution(probs: torch.Tensor, scores: torch.Tensor, n: int) -> tor
 def kl_divergence(p: torch.Tensor, q: torch.Tensor) -> float:
     """KL(p || q) = sum p log(p / q) over a finite support (0 log 0 = 0), never below 0 (rounding
     can otherwise give -1e-17 for p = q)."""
+    for name, x in (("p", p), ("q", q)):
+        _check_scores(name, x)
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must be 1-D of one shape (one support), got {tuple(p.shape)} and {tuple(q.shape)}")
+    _check_device("p", p, "q", q)
+    _check_nonnegative("p", p)  # not checked to sum to 1: lesson 08 measures a buggy best-of-n's 'KL' with it
+    _check_nonnegative("q", q)
     p, q = p.double(), q.double()
     return max(0.0, (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum().item())
 
@@ -89,6 +132,10 @@ def kl_plugin_estimate(best_scores: torch.Tensor, reference_scores: torch.Tensor
     draws (a pick below every plain draw would otherwise count as impossible). Consistent as both
     batches grow."""
     n = validate.integer("n", n)
+    for name, x in (("best_scores", best_scores), ("reference_scores", reference_scores)):
+        if not len(_check_scores(name, x)):
+            raise ValueError(f"{name} must hold at least one score, got none")
+    _check_device("best_scores", best_scores, "reference_scores", reference_scores)
     ref = reference_scores.double().sort().values
     x = best_scores.double()
     m = ref.numel()
@@ -120,7 +167,8 @@ def best_of_n(policy: GPT, prompts: list[str], n: int, reward_fn: RewardFn, max_
               generator: torch.Generator | None = None, tokenizer=None) -> BestOfN:
     """For each prompt, sample n completions at temperature 1 and keep the highest-scoring one
     under `reward_fn` (TRL's signature; it gets `completion_ids` and `truncated` too)."""
+    check_signature(reward_fn, getattr(reward_fn, "__name__", type(reward_fn).__name__))  # before the sampling
     rollout = sample(policy, prompts, max_new_tokens=max_new_tokens, group_size=validate.integer("n", n),
                      generator=generator, tokenizer=tokenizer or load_tokenizer())
-    scores = reward_scores(reward_fn, rollout).double().cpu()
+    scores = reward_scores(reward_fn, rollout).cpu().double()
     return BestOfN(rollout, scores, select_best(scores, n))

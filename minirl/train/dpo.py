@@ -33,7 +33,8 @@ from . import rlhf
 from .training import batches
 from .training import check_finite, frozen_reference, optimizer_step
 
-__all__ = ["LOSS_TYPES", "DPOConfig", "label_noise", "pair_logprobs", "reference_logprobs", "objective", "train_dpo"]
+__all__ = ["LOSS_TYPES", "DPOConfig", "check_pairs", "label_noise", "pair_logprobs", "reference_logprobs", "objective",
+           "train_dpo"]
 
 LOSS_TYPES = losses.DPO_LOSS_TYPES + ("simpo",)
 
@@ -49,7 +50,8 @@ class DPOConfig:
                       beta * log(pi / pi_ref) (0.1: TRL's default); for 'ipo' the margin's target is
                       1 / (2 beta), for 'simpo' beta scales the length-normalized reward
     loss_type         'sigmoid' (DPO), 'ipo' or 'simpo' (SimPO, no reference); see `LOSS_TYPES`
-    label_smoothing   the probability that a label is flipped (conservative DPO), in [0, 0.5]
+    label_smoothing   the probability that a label is flipped (conservative DPO), in [0, 0.5): at
+                      0.5 every label is a coin flip and nothing trains
     average_logprobs  score each response by its per-token mean log-prob instead of the sum
                       ('simpo' always averages)
     simpo_gamma       SimPO's margin: the chosen side must win by this much ('simpo' only)
@@ -83,7 +85,7 @@ class DPOConfig:
             validate.integer(name, getattr(self, name), minimum=0)
         validate.number("beta", self.beta, 0.0, open_low=True)
         validate.choice("loss_type", self.loss_type, LOSS_TYPES)
-        validate.number("label_smoothing", self.label_smoothing, 0.0, 0.5)
+        losses.check_label_smoothing(self.label_smoothing)
         validate.number("simpo_gamma", self.simpo_gamma, 0.0)
         validate.number("lr", self.lr, 0.0, open_low=True)
         validate.number("max_grad_norm", self.max_grad_norm, 0.0, open_low=True, finite=False)
@@ -94,10 +96,37 @@ class DPOConfig:
         return self.average_logprobs or self.loss_type == "simpo"
 
 
+_PAIR = "each pair is a dict {'prompt', 'chosen', 'rejected'[, 'label']} of strings"
+
+
+def check_pairs(pairs: list[dict], labels: bool = False) -> None:
+    """Check `pairs` is a non-empty list of dicts with string 'prompt', 'chosen' and 'rejected'; with
+    `labels`, that no pair carries a 'label' other than 1 (DPO trains each pair as 'chosen preferred')."""
+    if isinstance(pairs, (dict, str)) or not pairs:
+        raise ValueError(f"pairs must be a non-empty list of {{'prompt', 'chosen', 'rejected'}} pairs, got "
+                         f"{pairs!r:.60}")
+    for k, pair in enumerate(pairs):
+        if not isinstance(pair, dict):
+            raise TypeError(f"pairs[{k}] must be a dict, got {type(pair).__name__}: {_PAIR}")
+        for key in ("prompt", "chosen", "rejected"):
+            if key not in pair:
+                raise ValueError(f"pairs[{k}] has no {key!r}: {_PAIR}")
+            if not isinstance(pair[key], str):
+                raise TypeError(f"pairs[{k}][{key!r}] must be a string, got {pair[key]!r:.40} "
+                                f"({type(pair[key]).__name__}): {_PAIR}")
+        if labels and "label" in pair and pair["label"] != 1:
+            raise ValueError(f"pairs[{k}] has label {pair['label']!r}, but DPO trains every pair as 'chosen preferred' "
+                             "(label 1) and would silently ignore it. Where the label is 0, swap chosen and rejected; "
+                             "drop ties (1/2); for noisy labels set DPOConfig(label_smoothing=eps), one flip "
+                             "probability for all pairs (per-pair soft labels: the Bradley-Terry loss on the implicit "
+                             "rewards, as minirl.exact.micro_dpo.dpo_pair_loss does)")
+
+
 def label_noise(pairs: list[dict]) -> float:
     """The orders world's label noise: the mean over the pairs of the probability that the gold
     Bradley-Terry annotator labels the worse response as chosen, sigmoid(-|u(y_c) - u(y_r)|), a
     number known here because the annotator is (conservative DPO's eps; a tie counts 1/2)."""
+    check_pairs(pairs)
     flips = [1 / (1 + math.exp(abs(rewards.order_utility(p["prompt"] + p["chosen"])
                                    - rewards.order_utility(p["prompt"] + p["rejected"])))) for p in pairs]
     return sum(flips) / len(flips)
@@ -106,14 +135,22 @@ def label_noise(pairs: list[dict]) -> float:
 def pair_logprobs(model: GPT, items: list, pad: int, average: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(chosen, rejected) sequence log-probs, (B,) each, of tokenized pairs (chosen ids, prompt length,
     rejected ids, label) under `model`, in one forward pass over the 2B responses."""
+    _check_items(items)
     chosen = [(c, n) for c, n, _, _ in items]
     rejected = [(r, n) for _, n, r, _ in items]
     return tokenized_logprobs(model, chosen + rejected, pad, average).chunk(2)
 
 
+def _check_items(items: list) -> None:
+    if not isinstance(items, (list, tuple)) or not items:
+        raise ValueError("no pairs: pass a non-empty list of tokenized pairs (chosen ids, prompt length, rejected ids, "
+                         "label), as minirl.lm.sequences.pair_tokens makes them")
+
+
 @torch.no_grad()
 def reference_logprobs(reference: GPT, items: list, pad: int, average: bool, batch_size: int = 256) -> torch.Tensor:
     """(N, 2) the reference's (chosen, rejected) log-probs of every tokenized pair, without gradient."""
+    _check_items(items)
     rows = [torch.stack(pair_logprobs(reference, items[k:k + batch_size], pad, average), dim=1)
             for k in range(0, len(items), batch_size)]
     return torch.cat(rows)
@@ -141,7 +178,8 @@ def evaluate(policy: GPT, reference: GPT, step: int, config: DPOConfig, enc) -> 
 def train_dpo(policy: GPT, pairs: list[dict] | None, config: DPOConfig = DPOConfig(), reference: GPT | None = None,
               tokenizer=None, callback=None, desc: str = "DPO") -> tuple[list[dict], list[dict]]:
     """Train `policy` in place by DPO (or IPO, SimPO) on preference pairs {'prompt', 'chosen',
-    'rejected'}; `reference` defaults to a frozen copy of the policy at the start. With
+    'rejected'} (a 'label', if present, must be 1: see `check_pairs`); `reference` defaults to a
+    frozen copy of the policy at the start, and must otherwise be another model on its device. With
     `config.online_every` > 0, `pairs` must be None: the trainer labels its own (module docstring).
     callback(metrics, policy), if given, runs after each step. Returns (history, evals): one
     metrics dict per step, and the evaluations (step 0 = before training)."""
@@ -153,6 +191,10 @@ def train_dpo(policy: GPT, pairs: list[dict] | None, config: DPOConfig = DPOConf
         raise ValueError("online DPO labels its own pairs: pass pairs=None with online_every > 0")
     if not config.online_every and (isinstance(pairs, dict) or not pairs):
         raise ValueError("offline DPO needs a non-empty list of {'prompt', 'chosen', 'rejected'} pairs")
+    if pairs is not None:
+        check_pairs(pairs, labels=True)
+    if reference is not None:
+        rlhf.check_reference(reference, next(policy.parameters()).device, policy)
     enc = tokenizer or load_tokenizer()
     if pairs is not None:
         check_leading_space([r[side] for r in pairs for side in ("chosen", "rejected")],

@@ -107,6 +107,25 @@ class GAILConfig:
         validate.integer("seed", self.seed, minimum=-2**63)
 
 
+def _check_demos(demos) -> None:
+    """Demonstrations are a non-empty list of records {'prompt': 'plan:', 'completion': ' a b c d .'}
+    (`datasets.load_demos()`): plans, written after the plans prompt."""
+    if not isinstance(demos, (list, tuple)) or not demos:
+        raise ValueError(f"demos must be a non-empty list of {{'prompt': {PROMPT!r}, 'completion': ...}} records, as "
+                         f"datasets.load_demos() gives; got {demos!r:.80}")
+    for n, d in enumerate(demos):
+        if not isinstance(d, dict):
+            raise ValueError(f"demos[{n}] is a {type(d).__name__}; each demonstration is a dict "
+                             f"{{'prompt': {PROMPT!r}, 'completion': ' run nap cook read .'}}")
+        for key in ("prompt", "completion"):
+            if not isinstance(d.get(key), str):
+                raise ValueError(f"demos[{n}] has no {key!r} string: each demonstration is a dict "
+                                 f"{{'prompt', 'completion'}} (keys given: {', '.join(map(repr, d))})")
+        if d["prompt"] != PROMPT:
+            raise ValueError(f"demos[{n}] has prompt {d['prompt']!r}; GAIL here imitates plans, whose prompt is "
+                             f"{PROMPT!r} (datasets.load_demos())")
+
+
 def policy_reward(logits: torch.Tensor, form: str) -> torch.Tensor:
     """The generator's reward from discriminator logits, by `REWARD_FORMS`."""
     validate.choice("reward_form", form, REWARD_FORMS)
@@ -126,12 +145,17 @@ class Discriminator:
 
     def __init__(self, demos: list[dict], config: GAILConfig, policy: GPT | None = None, base: GPT | None = None,
                  tokenizer=None):
+        if not isinstance(config, GAILConfig):
+            raise TypeError(f"config must be a GAILConfig, got {type(config).__name__}")
         if config.discriminator == "airl" and not isinstance(policy, GPT):
             raise ValueError("the 'airl' discriminator reads the policy's log-probabilities: pass policy=, the GPT "
                              "being trained")
+        _check_demos(demos)
         self.enc = tokenizer or load_tokenizer()
         self.config, self.policy = config, policy
-        self.reference = (base if base is not None else load_model("base")).eval()
+        # without a base, the shipped one, on the policy's device (the CPU without a policy)
+        device = next(policy.parameters()).device if isinstance(policy, GPT) else "cpu"
+        self.reference = (base if base is not None else load_model("base", device=device)).eval()
         self.model: RewardModel = from_base(self.reference, self.enc)
         trunk = self.model.transformer
         if config.disc_layers > trunk.config.n_layer:
@@ -195,7 +219,7 @@ class Discriminator:
         self.update(seqs)
         self.model.eval()
         with torch.no_grad():
-            return policy_reward(self.logits(seqs), self.config.reward_form).double().tolist()
+            return policy_reward(self.logits(seqs), self.config.reward_form).cpu().double().tolist()
 
 
 def sample_plans(policy: GPT, n: int, generator: torch.Generator, enc) -> list[list[int]]:
@@ -208,6 +232,9 @@ def sample_plans(policy: GPT, n: int, generator: torch.Generator, enc) -> list[l
 def pretrain(disc: Discriminator, policy: GPT, steps: int, batch: int, generator: torch.Generator) -> list[dict]:
     """Train the discriminator against a fixed policy, `batch` fresh samples per step. At the optimum its
     logit is log p_E(plan) - log pi(plan): a learned reward, up to a constant, when pi is the base."""
+    validate.integer("steps", steps, minimum=0)
+    validate.integer("batch", batch)
+    validate.generator_type(generator)
     return [disc.update(sample_plans(policy, batch, generator, disc.enc)) for _ in range(steps)]
 
 
@@ -219,6 +246,15 @@ def train_gail(policy: GPT, demos: list[dict], config: GAILConfig = GAILConfig()
     steps against the starting policy (a warm start; Ho & Ermon start both from scratch).
     callback(metrics, policy) after every step, as in `train_grpo`. Returns (GRPO's history with the
     discriminator's statistics merged in, the discriminator)."""
+    if not isinstance(policy, GPT):
+        raise TypeError(f"policy must be a minirl GPT, e.g. minirl.load_model('base'); got {type(policy).__name__}")
+    if not isinstance(config, GAILConfig):
+        raise TypeError(f"config must be a GAILConfig (the discriminator's settings), got {type(config).__name__}")
+    if not isinstance(grpo, GRPOConfig):
+        raise TypeError(f"grpo must be a GRPOConfig (the policy's settings), got {type(grpo).__name__}")
+    validate.integer("pretrain_steps", pretrain_steps, minimum=0)
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be a function callback(metrics, policy), got {type(callback).__name__}")
     disc = Discriminator(demos, config, policy=policy, base=frozen_reference(policy), tokenizer=tokenizer)
     batch = grpo.prompts_per_step * grpo.group_size
     pretrain(disc, policy, pretrain_steps, batch, torch.Generator().manual_seed(config.seed))
@@ -237,7 +273,7 @@ def plan_distribution(policy: GPT, tokenizer=None) -> tuple[list[tuple[str, ...]
     enc = tokenizer or load_tokenizer()
     prompt_length = len(enc.encode(PROMPT))
     items = [(ids, prompt_length) for ids in plan_sequences(enc)]
-    logp = tokenized_logprobs(policy, items, enc.encode_single_token(PAD)).double().cpu()
+    logp = tokenized_logprobs(policy, items, enc.encode_single_token(PAD)).cpu().double()
     return generate.expert_plan_distribution()[0], logp.exp()
 
 
@@ -259,6 +295,14 @@ def expected_true_reward(probs: torch.Tensor) -> float:
     """E[R] under a distribution over the plans, with the mass missing from the plans counted at
     INVALID_PLAN_REWARD."""
     plans, _ = generate.expert_plan_distribution()
+    if not isinstance(probs, torch.Tensor):
+        raise TypeError(f"probs must be a torch.Tensor of the plans' probabilities, got {type(probs).__name__} "
+                        "(plan_distribution returns (plans, probs): pass its second item)")
+    if (probs.shape != (len(plans),) or not bool(torch.isfinite(probs).all()) or bool((probs < 0).any())
+            or probs.sum().item() > 1 + 1e-6):
+        raise ValueError(f"probs must have shape ({len(plans)},), one finite probability >= 0 per plan in "
+                         f"generate.expert_plan_distribution()'s order, summing to at most 1; got shape "
+                         f"{tuple(probs.shape)}, sum {probs.sum().item():.6g}")
     r = torch.tensor([rewards.plan_reward(p) for p in plans], dtype=torch.float64)
     return ((probs * r).sum() + (1 - probs.sum()) * rewards.INVALID_PLAN_REWARD).item()
 

@@ -49,8 +49,12 @@ def basis(d: torch.Tensor, form: str) -> torch.Tensor:
 def fit_gao(kl, gain, form: str) -> tuple[float, float]:
     """Least-squares (alpha, beta) of `gao_gain` to points (KL, gold gain over the start).
     kl: KLs (nats, >= 0), not square roots; gain: gold minus the starting policy's gold."""
-    kl = torch.as_tensor(kl, dtype=torch.float64).flatten()
-    gain = torch.as_tensor(gain, dtype=torch.float64).flatten()
+    try:
+        kl = torch.as_tensor(kl, dtype=torch.float64).flatten()
+        gain = torch.as_tensor(gain, dtype=torch.float64).flatten()
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"kl and gain must be numbers (lists or tensors of floats), got {kl!r:.60} and "
+                        f"{gain!r:.60}") from None
     if kl.shape != gain.shape or kl.numel() < 2:
         raise ValueError(f"fit_gao needs at least two (KL, gain) points of one shape, got {tuple(kl.shape)} and "
                          f"{tuple(gain.shape)}")
@@ -68,16 +72,32 @@ def tilted(ref_probs: torch.Tensor, reward: torch.Tensor, beta: float) -> torch.
     """The KL-regularized optimum pi_ref e^{r/beta} / Z over a finite support, computed in log space
     (stable for small beta)."""
     validate.number("beta", beta, 0.0, open_low=True)
+    _check_outputs(ref_probs=ref_probs, reward=reward)
     logits = torch.log(ref_probs.double()) + reward.double() / beta
     return torch.softmax(logits, dim=0)
+
+
+def _check_outputs(**tensors: torch.Tensor) -> None:
+    """1-D tensors over one support (the first is `ref_probs`, its probabilities >= 0): one shape,
+    every entry finite."""
+    (first, ref), *_ = tensors.items()
+    for name, x in tensors.items():
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}; wrap it: torch.tensor({name})")
+        if x.shape != ref.shape or x.dim() != 1:
+            raise ValueError(f"{' and '.join(tensors)} must be 1-D tensors of one shape, over the same outputs; got "
+                             f"{' and '.join(str(tuple(t.shape)) for t in tensors.values())}")
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} must be finite, got {int((~torch.isfinite(x)).sum())} NaN or inf entries")
+    if bool((ref < 0).any()):
+        raise ValueError(f"{first} has {int((ref < 0).sum())} negative entries; it is a distribution (>= 0)")
 
 
 def support_curve(ref_probs: torch.Tensor, proxy: torch.Tensor, gold: torch.Tensor, betas=(), ns=()) -> list[dict]:
     """Exact points (kind, knob, kl, proxy, gold) for the KL-regularized optimum at each beta of
     `betas` (kind 'rl') and best-of-n at each n of `ns` (kind 'bon'), over a finite support whose
     reference probabilities `ref_probs` sum to 1; the proxy picks, the gold judges."""
-    if not (ref_probs.shape == proxy.shape == gold.shape) or ref_probs.dim() != 1:
-        raise ValueError("ref_probs, proxy and gold must be 1-D tensors over the same outputs")
+    _check_outputs(ref_probs=ref_probs, proxy=proxy, gold=gold)
     if abs(ref_probs.double().sum().item() - 1) > 1e-6:
         raise ValueError(f"ref_probs must sum to 1 (renormalize over the support), got {ref_probs.sum().item():.6f}")
     rows = []

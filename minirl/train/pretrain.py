@@ -123,7 +123,7 @@ def save_base(model: GPT, history: list, train_seconds: float, steps: int, seed:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m minirl.train.pretrain", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args()

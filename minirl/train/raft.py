@@ -27,7 +27,7 @@ from ..core import validate
 from ..lm.model import GPT
 from ..lm.sampling import sample
 from ..lm.tokenizer import PAD, load_tokenizer
-from ..world.tasks import RewardFn, Task, training_rewards
+from ..world.tasks import RewardFn, Task, check_signature, training_rewards
 from .best_of_n import select_best
 from .sft import SFTConfig, fit
 from .training import check_inputs
@@ -83,6 +83,10 @@ def train_raft(policy: GPT, task: Task, config: RAFTConfig, tokenizer=None, rewa
     reward of all draws and of the winners, the last SFT loss, the task's gold metrics of the draws.
     callback(metrics, policy) runs after each round, as in `train_ppo`."""
     check_inputs(policy, task, config, RAFTConfig)
+    if reward_fn is not None:  # checked here, not after a round of sampling
+        check_signature(reward_fn, getattr(reward_fn, "__name__", type(reward_fn).__name__))
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be a function callback(metrics, policy), got {type(callback).__name__}")
     enc = tokenizer or load_tokenizer()
     pad = enc.encode_single_token(PAD)
     rng = random.Random(config.seed)
@@ -93,7 +97,7 @@ def train_raft(policy: GPT, task: Task, config: RAFTConfig, tokenizer=None, rewa
         with torch.no_grad():
             rollout = sample(policy, prompts, max_new_tokens=task.max_new_tokens, group_size=config.n,
                              generator=generator, tokenizer=enc)
-        scores = training_rewards(task, rollout, enc, reward_fn).sum(dim=1).double().cpu()  # (B*n,)
+        scores = training_rewards(task, rollout, enc, reward_fn).sum(dim=1).cpu().double()  # (B*n,)
         best = select_best(scores, config.n)
         sft = SFTConfig(steps=config.sft_steps, batch_size=config.batch_size, lr=config.lr, seed=config.seed + round_)
         losses = fit(policy, winner_tokens(rollout, best), sft, pad, desc=f"RAFT round {round_ + 1}")

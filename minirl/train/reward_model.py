@@ -19,8 +19,9 @@ import torch
 from ..core import losses, preferences, validate
 from ..core.notebook import progress
 from ..lm.model import GPT
-from ..lm.reward_head import RewardModel, from_base, score_ids, score_texts
-from ..lm.sequences import check_leading_space, pair_tokens, response_mask, right_pad, sequence_ids
+from ..lm.reward_head import RewardModel, check_reward_model, from_base, score_ids, score_texts
+from ..lm.sequences import (check_leading_space, check_records, check_token_lists, pair_tokens, response_mask, right_pad,
+                            sequence_ids)
 from ..lm.tokenizer import load_tokenizer
 from ..world import generate, grammar, rewards
 from .training import batches
@@ -38,16 +39,30 @@ def as_reward_fn(rm: RewardModel, tokenizer=None, normalized: bool = True):
     scores exactly the tokens the policy produced; without, it encodes the texts, adding EOS
     unless `truncated` says the completion hit the length limit.
     """
+    check_reward_model(rm)
     enc = tokenizer or load_tokenizer()
 
     def reward_model_score(prompts: list[str], completions: list[str], completion_ids=None, truncated=None,
                            **kwargs) -> list[float]:
         pairs = rewards.pairs(prompts, completions)
+        for name, given in (("completion_ids", completion_ids), ("truncated", truncated)):
+            if given is not None and not isinstance(given, (list, tuple, torch.Tensor)):
+                raise TypeError(f"{name} must be a list, one entry per completion; got {type(given).__name__}")
+            if given is not None and len(given) != len(pairs):
+                raise ValueError(f"{len(given)} {name}{' flags' * (name == 'truncated')} for {len(pairs)} completions: "
+                                 "give one per completion")
         if completion_ids is not None:
+            completion_ids = [ids.tolist() if isinstance(ids, torch.Tensor) else ids for ids in completion_ids]
+            check_token_lists("completion_ids", completion_ids, rm.transformer.config.vocab_size, min_length=0)
             seqs = [enc.encode_ordinary(p) + list(ids) for (p, _), ids in zip(pairs, completion_ids, strict=True)]
         else:
             cut = truncated if truncated is not None else [False] * len(pairs)
             seqs = [sequence_ids(enc, p, c, ended=not t)[0] for (p, c), t in zip(pairs, cut, strict=True)]
+        n_ctx = rm.transformer.config.n_ctx
+        for i, s in enumerate(seqs):
+            if len(s) > n_ctx:
+                raise ValueError(f"completion {i} with its prompt is {len(s)} tokens, more than the reward model's context "
+                                 f"window n_ctx={n_ctx}: sample fewer tokens (max_new_tokens)")
         return score_ids(rm, seqs, normalized).tolist()
 
     return reward_model_score
@@ -143,10 +158,13 @@ def fit(rm: RewardModel, items: list, step_loss, config: RMConfig, desc: str) ->
 def train_reward_model(pairs: list[dict], config: RMConfig = RMConfig(), base: GPT | None = None,
                        tokenizer=None) -> tuple[RewardModel, list[dict]]:
     """A reward model trained on preference pairs from the base model's trunk; (model, history).
-    History rows: step, loss (Bradley-Terry), accuracy on the batch, imitation_loss when on."""
+    History rows: step, loss (Bradley-Terry), accuracy on the batch, imitation_loss when on.
+    It trains on the base's device: base=None loads the shipped base model on the CPU; for a GPU
+    pass base=minirl.load_model('base', device='cuda')."""
     enc = tokenizer or load_tokenizer()
     items = pair_tokens(pairs, enc)
     check_leading_space([r[side] for r in pairs for side in ("chosen", "rejected")], "chosen and rejected responses")
+    check_config(config)
     rm = from_base(base, enc)
     history = fit(rm, items, pair_step_loss, config, "reward model")
     return rm.eval(), history
@@ -154,7 +172,18 @@ def train_reward_model(pairs: list[dict], config: RMConfig = RMConfig(), base: G
 
 def train_on_scores(records: list[dict], config: RMConfig = RMConfig(), base: GPT | None = None,
                     tokenizer=None) -> tuple[RewardModel, list[dict]]:
-    """A reward model regressed on absolute scores {'prompt', 'completion', 'score'}; (model, history)."""
+    """A reward model regressed on absolute scores {'prompt', 'completion', 'score'}; (model, history).
+    It trains on the base's device, as `train_reward_model` does."""
+    check_records(records, "records", ("prompt", "completion"), "each record is a dict {'prompt', 'completion', "
+                  "'score'}: two strings and a finite number")
+    for i, r in enumerate(records):
+        if "score" not in r:
+            raise ValueError(f"records[{i}] has no 'score' (its keys: {', '.join(map(repr, r))}): each record is a "
+                             "dict {'prompt', 'completion', 'score'}; for preference pairs use train_reward_model")
+        if isinstance(r["score"], (int, float)) and not math.isfinite(r["score"]):
+            raise ValueError(f"records[{i}]['score'] is {r['score']}: each score must be a finite number")
+        validate.number(f"records[{i}]['score']", r["score"])
+    check_config(config)
     enc = tokenizer or load_tokenizer()
     rm = from_base(base, enc)
     items = [(*sequence_ids(enc, r["prompt"], r["completion"]), float(r["score"])) for r in records]
@@ -169,6 +198,7 @@ def train_on_scores(records: list[dict], config: RMConfig = RMConfig(), base: GP
 def pair_metrics(rm: RewardModel, pairs: list[dict], tokenizer=None) -> dict[str, float]:
     """Accuracy (a tied score counts 1/2) and mean Bradley-Terry loss on labelled pairs, and the
     predicted P(chosen preferred) per pair (for a reliability diagram)."""
+    check_reward_model(rm)
     enc = tokenizer or load_tokenizer()
     toks = pair_tokens(pairs, enc)
     check_leading_space([r[side] for r in pairs for side in ("chosen", "rejected")], "chosen and rejected responses")

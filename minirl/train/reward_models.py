@@ -19,7 +19,7 @@ import torch
 
 from ..core import paths
 from ..lm.model import load_model
-from ..lm.reward_head import REWARD_MODELS, checkpoint_path, normalize, save_reward_model
+from ..lm.reward_head import REWARD_MODELS, check_name, checkpoint_path, normalize, save_reward_model
 from ..world import datasets
 from .reward_model import SHIPPED, RMConfig, order_report, pair_metrics, subset, train_reward_model
 
@@ -28,6 +28,7 @@ __all__ = ["build", "main"]
 
 def build(name: str) -> dict:
     """Train, normalize, measure and save one shipped reward model; returns its card."""
+    check_name(name)
     spec = REWARD_MODELS[name]
     train = datasets.load_preferences("train")
     pairs = subset(train, spec["pairs"], spec["seed"])
@@ -61,6 +62,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", default=sorted(REWARD_MODELS), help="which reward models (default: all)")
     args = parser.parse_args()
+    for name in args.names:  # all checked before the first is built (minutes of training)
+        try:
+            check_name(name)
+        except ValueError as e:
+            parser.error(str(e))
     for name in args.names:
         card = build(name)
         print(name, json.dumps(card["metrics"]), flush=True)

@@ -27,6 +27,7 @@ import random
 
 import torch
 
+from ..core import validate
 from ..core.kl import kl_k1
 from ..core.ops import masked_sum
 from ..lm.model import GPT
@@ -52,9 +53,31 @@ def order_samples(policy: GPT, samples: int, seed: int, tokenizer=None) -> Rollo
                   tokenizer=tokenizer or load_tokenizer())
 
 
+def check_reference(reference: GPT, device: torch.device, policy: GPT | None = None,
+                    where: str = "the policy") -> None:
+    """Check `reference` is a GPT on `device` (that of `where`), and, given `policy`, not the policy
+    object itself: a trainer moves its policy, and a reference that moves with it reads KL 0 forever.
+    A model on another device is refused, not moved: moving it behind the caller's back would copy
+    it, and the caller's own object would stay where it was."""
+    if not isinstance(reference, GPT):
+        frozen = ", or None for a frozen copy of the policy" if policy is not None else ""
+        raise TypeError(f"reference must be a minirl GPT, e.g. minirl.load_model('sft'){frozen}; got "
+                        f"{type(reference).__name__}")
+    if reference is policy:
+        raise ValueError("reference is the policy itself: training moves both together, so every KL to it reads 0. "
+                         "Pass reference=None (a frozen copy of the policy at the start) or another model, such as "
+                         "copy.deepcopy(policy) taken before training")
+    ref_device = next(reference.parameters()).device
+    if ref_device != device:
+        raise ValueError(f"reference is on {ref_device} but {where} on {device}: move it first with "
+                         f"reference.to({str(device)!r})")
+
+
 def sequence_kl(rollout: Rollout, reference: GPT) -> torch.Tensor:
     """(B,) sum over each completion's tokens of log pi - log pi_ref: one sample of KL(pi || pi_ref)
-    each (the rollout's log-probs are the sampling policy's own, at temperature 1)."""
+    each (the rollout's log-probs are the sampling policy's own, at temperature 1). The reference
+    must be on the rollout's device."""
+    check_reference(reference, rollout.logprobs.device, where="the rollout's log-probs (the policy's device)")
     with torch.no_grad():
         ref = completion_logprobs(reference, rollout)
     return masked_sum(kl_k1(rollout.logprobs, ref), rollout.mask, dim=1)
@@ -70,17 +93,25 @@ def repeats_a_word(text: str) -> bool:
 def policy_report(policy: GPT, reference: GPT, samples: int = 512, seed: int = 123, reward_fn: RewardFn | None = None,
                   tokenizer=None) -> dict[str, float]:
     """Gold, valid share, KL to `reference` (with its standard error), proxy, length, repetition
-    and truncation over `samples` fresh samples (see the module docstring)."""
+    and truncation over `samples` fresh samples (see the module docstring). `reference` may be
+    `policy` itself (its KL is then 0: lesson 08 reports the base model so), but must be on its device;
+    `samples` >= 2, since kl_se is a standard deviation over them."""
+    if validate.integer("samples", samples, minimum=-2**63) < 2:
+        raise ValueError(f"samples must be >= 2, got {samples}: the report's kl_se is the standard deviation of the "
+                         "per-sample KL over the samples (use a few hundred for a stable report)")
+    if not isinstance(policy, GPT):
+        raise TypeError(f"policy must be a minirl GPT, e.g. minirl.load_model('sft'); got {type(policy).__name__}")
+    check_reference(reference, next(policy.parameters()).device)
     out = order_samples(policy, samples, seed, tokenizer)
     gold = torch.tensor(rewards.order_gold_reward(out.prompts, out.texts), dtype=torch.float64)
-    kl = sequence_kl(out, reference).double()
+    kl = sequence_kl(out, reference).cpu().double()  # float64 on the CPU: MPS has no float64
     report = {"gold": gold.mean().item(), "valid": (gold > rewards.INVALID_ORDER_UTILITY).double().mean().item(),
               "kl": kl.mean().item(), "kl_se": kl.std().item() / math.sqrt(samples),
-              "length": out.mask.sum(1).mean().item(),
+              "length": out.mask.sum(1).cpu().mean().item(),
               "repetition": sum(map(repeats_a_word, out.texts)) / samples,
-              "truncated": out.truncated.double().mean().item()}
+              "truncated": out.truncated.cpu().double().mean().item()}
     if reward_fn is not None:
-        report["proxy"] = reward_scores(reward_fn, out).double().mean().item()
+        report["proxy"] = reward_scores(reward_fn, out).cpu().double().mean().item()
     return report
 
 
@@ -89,9 +120,13 @@ def win_rate(gold_a, gold_b) -> float:
     the two sample sets: the mean over every pair (i, j) of sigma(u_a[i] - u_b[j]). Equal utilities
     count 1/2 (sigma(0)); 1/2 overall means the annotator cannot tell the policies apart."""
     a = torch.as_tensor(gold_a, dtype=torch.float64)
-    b = torch.as_tensor(gold_b, dtype=torch.float64)
+    b = torch.as_tensor(gold_b, dtype=torch.float64, device=a.device)
     if a.dim() != 1 or b.dim() != 1 or not a.numel() or not b.numel():
         raise ValueError("win_rate needs two non-empty 1-D lists of gold utilities")
+    for name, x in (("gold_a", a), ("gold_b", b)):
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} holds NaN or inf ({int((~torch.isfinite(x)).sum())} of {x.numel()} utilities); "
+                             "gold utilities are finite (-2 for text that is not a valid order)")
     return torch.sigmoid(a[:, None] - b[None, :]).mean().item()
 
 
@@ -101,6 +136,9 @@ def gold_pairs(texts: list[str], n_pairs: int, seed: int, against: list[str] | N
     Each pair is two of the samples at random, redrawn until they differ; or, given `against`
     (another policy's samples), one of `texts` against one of `against`, so every pair sets the
     policy's text beside the other's. Invalid text is labelled too (utility -2)."""
+    validate.integer("n_pairs", n_pairs, minimum=0)
+    if against is not None and (isinstance(against, str) or not against):
+        raise ValueError("against must be a non-empty list of another policy's completions, or None")
     other = texts if against is None else against
     if len(set(texts) | set(other)) < 2:
         raise ValueError("gold_pairs needs at least two different completions to compare")
@@ -127,7 +165,7 @@ def valid_order_distribution(policy: GPT, tokenizer=None, batch_size: int = 512)
     texts, _ = generate.order_distribution()
     items = [sequence_ids(enc, PROMPT, t[len(PROMPT):]) for t in texts]
     pad = enc.encode_single_token(PAD)
-    logp = torch.cat([tokenized_logprobs(policy, items[i:i + batch_size], pad).double().cpu()
+    logp = torch.cat([tokenized_logprobs(policy, items[i:i + batch_size], pad).cpu().double()
                       for i in range(0, len(items), batch_size)])
     probs = logp.exp()
     return texts, probs / probs.sum(), probs.sum().item()

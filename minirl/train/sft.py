@@ -1,9 +1,8 @@
 """Supervised fine-tuning (SFT), which is behaviour cloning: maximize the likelihood of demonstrated
 responses, with the loss on response tokens only (the prompt is context, never a target).
 
-    python -m minirl.train.sft            # data/checkpoints/sft.pt and sft.json (about 15 s on 2 cores)
-
-The orders world has no written demonstrations. The shipped SFT model is trained on the *chosen*
+The orders world has no written demonstrations. The shipped SFT model (`python -m
+minirl.train.sft_model`) is trained on the *chosen*
 response of each training preference pair (`chosen_demos`), as Rafailov et al. (2023) did for
 Anthropic's HH data when no SFT model existed: the chosen side is a response a person preferred,
 so imitating it moves the base model toward what the annotator likes (the gold utility of the
@@ -13,24 +12,19 @@ on its best-of-N winners' sampled tokens.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import random
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
-from ..core import losses, paths, validate
+from ..core import losses, validate
 from ..core.notebook import progress
-from ..lm.model import CHECKPOINTS, GPT, load_model, save_checkpoint
-from ..lm.sequences import check_leading_space, demo_tokens, response_batch
+from ..lm.model import GPT
+from ..lm.sequences import PAIR_FORM, check_leading_space, check_records, demo_tokens, response_batch
 from ..lm.tokenizer import PAD, load_tokenizer
-from ..world import datasets
 from .training import batches, check_finite, optimizer_step
 
-__all__ = ["SFTConfig", "chosen_demos", "sft_loss_on", "train_sft", "fit", "heldout_loss", "build", "main"]
+__all__ = ["SFTConfig", "chosen_demos", "sft_loss_on", "train_sft", "fit", "heldout_loss"]
 
 
 @validate.known_options
@@ -61,6 +55,7 @@ class SFTConfig:
 
 def chosen_demos(pairs: list[dict]) -> list[dict]:
     """The chosen side of each preference pair as a demonstration {'prompt', 'completion'}."""
+    check_records(pairs, "pairs", ("prompt", "chosen"), PAIR_FORM)
     return [{"prompt": r["prompt"], "completion": r["chosen"]} for r in pairs]
 
 
@@ -88,6 +83,8 @@ def fit(policy: GPT, items: list[tuple[list[int], int]], config: SFTConfig, pad:
         raise TypeError(f"policy must be a minirl GPT, e.g. minirl.load_model('base'); got {type(policy).__name__}")
     if not isinstance(config, SFTConfig):
         raise TypeError(f"config must be an SFTConfig, got {type(config).__name__}")
+    if not items:
+        raise ValueError("no demonstrations to train on: give at least one tokenized demo (ids, prompt length)")
     opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)
     policy.train()
     history = []
@@ -104,6 +101,9 @@ def fit(policy: GPT, items: list[tuple[list[int], int]], config: SFTConfig, pad:
 @torch.no_grad()
 def heldout_loss(model: GPT, demos: list[dict], tokenizer=None, batch_size: int = 256) -> float:
     """Mean response-token NLL over demonstrations (per token, every demo weighted by its length)."""
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a minirl GPT, e.g. minirl.load_model('sft'); got {type(model).__name__}")
+    validate.integer("batch_size", batch_size)
     enc = tokenizer or load_tokenizer()
     items, pad = demo_tokens(demos, enc), enc.encode_single_token(PAD)
     check_leading_space([d["completion"] for d in demos], "completions")
@@ -114,46 +114,3 @@ def heldout_loss(model: GPT, demos: list[dict], tokenizer=None, batch_size: int 
         total += sft_loss_on(model, chunk, pad).item() * n
         count += n
     return total / count
-
-
-def build(seed: int = 0) -> dict:
-    """Train the shipped SFT model from the base model, measure it, save it with its card."""
-    from .rlhf import policy_report  # rlhf builds on this module, so it is imported only here
-
-    config = SFTConfig(seed=seed)
-    policy, base = load_model("base"), load_model("base")
-    demos = chosen_demos(datasets.load_preferences("train"))
-    start = time.time()
-    history = train_sft(policy, demos, config)
-    seconds = time.time() - start
-    root = paths.data_dir()
-    out = root / CHECKPOINTS["sft"]
-    save_checkpoint(policy, out)
-    held = chosen_demos(datasets.load_preferences("test"))
-    card = {
-        "command": f"python -m minirl.train.sft --seed {seed}",
-        "seed": seed,
-        "data": f"the chosen responses of the {len(demos)} training preference pairs",
-        "settings": asdict(config),
-        "train_seconds": round(seconds),
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
-        "torch": torch.__version__,
-        "metrics": {"train_loss_last_20": round(sum(h["loss"] for h in history[-20:]) / 20, 4),
-                    "heldout_chosen_loss": round(heldout_loss(policy, held), 4),
-                    "base_heldout_chosen_loss": round(heldout_loss(base, held), 4),
-                    **{k: round(v, 4) for k, v in policy_report(policy, base, samples=1024, seed=seed).items()}},
-    }
-    out.with_suffix(".json").write_text(json.dumps(card, indent=1) + "\n")
-    paths.write_manifest(root)
-    return card
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    print(json.dumps(build(args.seed)["metrics"], indent=1))
-
-
-if __name__ == "__main__":
-    main()
