@@ -145,7 +145,6 @@ def choose_rate(scores: Mapping[float, Mapping[int, float]], reported_seeds: Seq
     return RateChoice(best, means, best in (grid[0], grid[-1]), versus)
 
 
-
 def sweep_rate(rows: Sequence[Mapping], rates: Sequence[float], score: str, reported_seeds: Sequence[int],
                higher_is_better: bool = True) -> float:
     """The rate a sweep reports at: `choose_rate` over one method's tuning rows (dicts with 'lr', 'seed'

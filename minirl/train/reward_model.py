@@ -265,5 +265,3 @@ def subset(pairs: list, n: int | None, seed: int) -> list:
 
 
 SHIPPED = RMConfig()
-
-

@@ -59,7 +59,7 @@ def build(name: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m minirl.train.reward_models", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", default=sorted(REWARD_MODELS), help="which reward models (default: all)")
     args = parser.parse_args()
     for name in args.names:  # all checked before the first is built (minutes of training)
@@ -71,8 +71,6 @@ def main() -> None:
         card = build(name)
         print(name, json.dumps(card["metrics"]), flush=True)
     paths.write_manifest(paths.data_dir())
-
-
 
 
 if __name__ == "__main__":
