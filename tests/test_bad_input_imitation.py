@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import functools
 import math
-from pathlib import Path
 
 import pytest
 import torch
+
+from bad_input import assert_refused_by_minirl
 
 import minirl
 from minirl.exact import imitation as im, irl, micro_gail
@@ -22,7 +23,6 @@ from minirl.train.ppo import PPOConfig
 from minirl.train.raft import RAFTConfig, train_raft
 from minirl.world import datasets, generate, tasks
 
-PACKAGE = Path(minirl.__file__).resolve().parent
 
 
 @functools.cache
@@ -227,8 +227,8 @@ CASES = [
     ("Discriminator: one record, not a list", lambda: disc(demos(1)[0]), ValueError, "demos must be a non-empty list"),
     ("Discriminator: pairs for demonstrations", lambda: disc([{"prompt": "plan:", "chosen": " run .", "rejected": " nap ."}]),
      ValueError, "demos\\[0\\] has no 'completion'"),
-    ("Discriminator: bare completions", lambda: disc([" run nap cook read ."]), ValueError,
-     "demos\\[0\\] is a str.*'prompt'.*'completion'"),
+    ("Discriminator: bare completions", lambda: disc([" run nap cook read ."]), TypeError,
+     "demos\\[0\\] must be a dict, got str.*'prompt'.*'completion'"),
     ("Discriminator: demonstrations of another prompt", lambda: disc(demos(2) + [{"prompt": "order:", "completion": " tea ."}]),
      ValueError, "demos\\[2\\] has prompt 'order:'.*'plan:'"),
     ("GAILConfig: disc_steps -1", lambda: gail.GAILConfig(disc_steps=-1), ValueError, "disc_steps must be >= 0"),
@@ -353,10 +353,7 @@ CASES = [
 
 @pytest.mark.parametrize("label, call, error, match", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_gets_a_clear_error(label, call, error, match):
-    with pytest.raises(error, match=match) as info:
-        call()
-    raised_in = Path(str(info.traceback[-1].path)).resolve()
-    assert raised_in.is_relative_to(PACKAGE), f"raised outside minirl, in {raised_in}"
+    assert_refused_by_minirl(call, error, match)
 
 
 # ---------------------------------------------------------------- legal degenerate input keeps working

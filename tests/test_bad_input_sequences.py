@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from bad_input import assert_refused_by_minirl
+
 import minirl
 from minirl.lm import export, reward_head, sequences
 from minirl.lm.critic import ValueHead
@@ -22,7 +24,6 @@ from minirl.lm.model import GPT, GPTConfig
 from minirl.lm.tokenizer import PAD
 from minirl.train import reward_model as rmod, reward_models, sft
 
-PACKAGE = Path(minirl.__file__).resolve().parent
 TINY = GPTConfig(n_ctx=64, n_embd=32, n_layer=1, n_head=2)
 PAIR = {"prompt": "order:", "chosen": " one tea please .", "rejected": " tea tea ."}
 DEMO = {"prompt": "order:", "completion": " one tea please ."}
@@ -189,10 +190,7 @@ CASES = [
 
 @pytest.mark.parametrize("label, call, error, match", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_gets_a_clear_error(label, call, error, match):
-    with pytest.raises(error, match=match) as info:
-        call()
-    raised_in = Path(str(info.traceback[-1].path)).resolve()
-    assert raised_in.is_relative_to(PACKAGE), f"raised outside minirl, in {raised_in}"
+    assert_refused_by_minirl(call, error, match)
     assert not NEVER.exists(), "a refused export wrote its folder"
 
 

@@ -93,9 +93,12 @@ def number(name: str, value, low: float = -math.inf, high: float = math.inf, *, 
 
 
 def choice(name: str, value, options) -> None:
-    """Check `value` is one of `options` (a name, such as an estimator or an aggregation)."""
+    """Check `value` is one of `options` (a name, such as an estimator or an aggregation); a typo
+    gets the nearest option by spelling."""
     if value not in options:
-        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, options))}")
+        near = difflib.get_close_matches(str(value), [str(o) for o in options], n=1)
+        hint = f" did you mean {near[0]!r}?" if near else ""
+        raise ValueError(f"unknown {name} {value!r};{hint} choose one of {', '.join(map(repr, options))}")
 
 
 def token_ids(name: str, ids, vocab_size: int) -> None:

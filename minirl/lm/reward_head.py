@@ -15,7 +15,6 @@ are built by `python -m minirl.train.reward_models`.
 from __future__ import annotations
 
 import copy
-import difflib
 import json
 from dataclasses import asdict
 
@@ -29,7 +28,7 @@ from .sequences import check_token_lists, right_pad
 from .tokenizer import EOS, PAD, SPECIAL_TOKENS, load_tokenizer
 
 __all__ = ["RewardModel", "check_pad_id", "check_reward_model", "last_token_index", "from_base", "score_ids", "score_texts",
-           "normalize", "REWARD_MODELS", "check_name", "checkpoint_path", "save_reward_model", "load_reward_model",
+           "normalize", "REWARD_MODELS", "checkpoint_path", "save_reward_model", "load_reward_model",
            "reward_model_card"]
 
 
@@ -179,16 +178,8 @@ REWARD_MODELS = {
 }
 
 
-def check_name(name: str) -> None:
-    """Check `name` is a shipped reward model's; a typo gets the nearest name."""
-    if name not in REWARD_MODELS:
-        near = difflib.get_close_matches(str(name), list(REWARD_MODELS), n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ";"
-        raise ValueError(f"unknown reward model {name!r}{hint} choose one of {', '.join(map(repr, sorted(REWARD_MODELS)))}")
-
-
 def checkpoint_path(name: str) -> str:
-    check_name(name)
+    validate.choice("reward model", name, sorted(REWARD_MODELS))
     return f"checkpoints/{name}.pt"
 
 

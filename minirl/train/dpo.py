@@ -26,7 +26,7 @@ import torch
 from ..core import losses, validate
 from ..core.notebook import progress
 from ..lm.model import GPT
-from ..lm.sequences import check_leading_space, pair_tokens, tokenized_logprobs
+from ..lm.sequences import PAIR_FORM, check_leading_space, check_records, pair_tokens, tokenized_logprobs
 from ..lm.tokenizer import PAD, load_tokenizer
 from ..world import rewards
 from . import rlhf
@@ -96,24 +96,11 @@ class DPOConfig:
         return self.average_logprobs or self.loss_type == "simpo"
 
 
-_PAIR = "each pair is a dict {'prompt', 'chosen', 'rejected'[, 'label']} of strings"
-
-
 def check_pairs(pairs: list[dict], labels: bool = False) -> None:
     """Check `pairs` is a non-empty list of dicts with string 'prompt', 'chosen' and 'rejected'; with
     `labels`, that no pair carries a 'label' other than 1 (DPO trains each pair as 'chosen preferred')."""
-    if isinstance(pairs, (dict, str)) or not pairs:
-        raise ValueError(f"pairs must be a non-empty list of {{'prompt', 'chosen', 'rejected'}} pairs, got "
-                         f"{pairs!r:.60}")
+    check_records(pairs, "pairs", ("prompt", "chosen", "rejected"), PAIR_FORM)
     for k, pair in enumerate(pairs):
-        if not isinstance(pair, dict):
-            raise TypeError(f"pairs[{k}] must be a dict, got {type(pair).__name__}: {_PAIR}")
-        for key in ("prompt", "chosen", "rejected"):
-            if key not in pair:
-                raise ValueError(f"pairs[{k}] has no {key!r}: {_PAIR}")
-            if not isinstance(pair[key], str):
-                raise TypeError(f"pairs[{k}][{key!r}] must be a string, got {pair[key]!r:.40} "
-                                f"({type(pair[key]).__name__}): {_PAIR}")
         if labels and "label" in pair and pair["label"] != 1:
             raise ValueError(f"pairs[{k}] has label {pair['label']!r}, but DPO trains every pair as 'chosen preferred' "
                              "(label 1) and would silently ignore it. Where the label is 0, swap chosen and rejected; "

@@ -54,7 +54,7 @@ from ..core import losses, validate
 from ..lm.model import GPT, load_model
 from ..lm.reward_head import RewardModel, from_base
 from ..lm.sampling import sample
-from ..lm.sequences import check_leading_space, right_pad, sequence_ids, tokenized_logprobs
+from ..lm.sequences import DEMO_FORM, check_leading_space, check_records, right_pad, sequence_ids, tokenized_logprobs
 from ..lm.tokenizer import PAD, load_tokenizer
 from ..world import generate, grammar, rewards
 from ..world.tasks import plans_task
@@ -110,17 +110,8 @@ class GAILConfig:
 def _check_demos(demos) -> None:
     """Demonstrations are a non-empty list of records {'prompt': 'plan:', 'completion': ' a b c d .'}
     (`datasets.load_demos()`): plans, written after the plans prompt."""
-    if not isinstance(demos, (list, tuple)) or not demos:
-        raise ValueError(f"demos must be a non-empty list of {{'prompt': {PROMPT!r}, 'completion': ...}} records, as "
-                         f"datasets.load_demos() gives; got {demos!r:.80}")
+    check_records(demos, "demos", ("prompt", "completion"), DEMO_FORM)
     for n, d in enumerate(demos):
-        if not isinstance(d, dict):
-            raise ValueError(f"demos[{n}] is a {type(d).__name__}; each demonstration is a dict "
-                             f"{{'prompt': {PROMPT!r}, 'completion': ' run nap cook read .'}}")
-        for key in ("prompt", "completion"):
-            if not isinstance(d.get(key), str):
-                raise ValueError(f"demos[{n}] has no {key!r} string: each demonstration is a dict "
-                                 f"{{'prompt', 'completion'}} (keys given: {', '.join(map(repr, d))})")
         if d["prompt"] != PROMPT:
             raise ValueError(f"demos[{n}] has prompt {d['prompt']!r}; GAIL here imitates plans, whose prompt is "
                              f"{PROMPT!r} (datasets.load_demos())")

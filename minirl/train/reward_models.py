@@ -17,9 +17,9 @@ from dataclasses import asdict
 
 import torch
 
-from ..core import paths
+from ..core import paths, validate
 from ..lm.model import load_model
-from ..lm.reward_head import REWARD_MODELS, check_name, checkpoint_path, normalize, save_reward_model
+from ..lm.reward_head import REWARD_MODELS, checkpoint_path, normalize, save_reward_model
 from ..world import datasets
 from .reward_model import SHIPPED, RMConfig, order_report, pair_metrics, subset, train_reward_model
 
@@ -28,7 +28,7 @@ __all__ = ["build", "main"]
 
 def build(name: str) -> dict:
     """Train, normalize, measure and save one shipped reward model; returns its card."""
-    check_name(name)
+    validate.choice("reward model", name, sorted(REWARD_MODELS))
     spec = REWARD_MODELS[name]
     train = datasets.load_preferences("train")
     pairs = subset(train, spec["pairs"], spec["seed"])
@@ -64,7 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     for name in args.names:  # all checked before the first is built (minutes of training)
         try:
-            check_name(name)
+            validate.choice("reward model", name, sorted(REWARD_MODELS))
         except ValueError as e:
             parser.error(str(e))
     for name in args.names:
