@@ -1,19 +1,27 @@
-"""GRPO on the course's arithmetic task in TRL, with the course's reward function unchanged: the path
-from lesson 06 to a cluster (lesson 11).
+"""GRPO on the course's arithmetic task in TRL, with the course's reward function unchanged, for the course's
+model or any Hugging Face causal LM: the path from lesson 06 to a cluster (lesson 11).
 
     python scale_out/grpo_trl.py --config scale_out/grpo_cpu.yaml --output_dir runs/trl
     torchrun --nproc_per_node 2 scale_out/grpo_trl.py --config scale_out/grpo_cpu.yaml \
         --output_dir runs/trl2 --gradient_accumulation_steps 1 --expect_world_size 2
+    python scale_out/grpo_trl.py --config scale_out/grpo_cpu.yaml --model runs/small_llama --output_dir runs/llama
 
-Rank 0 exports the base model and the tokenizer to `<output_dir>/base` (`minirl.lm.export.save`);
-every rank loads them with `from_pretrained`, offline (HF_HUB_OFFLINE=1 is set here). TRL's
-`GRPOTrainer` trains on the arithmetic training prompts with `minirl.world.rewards.arithmetic_reward`.
-Held-out pass@1 and pass@8 (300 prompts never in the corpus, `eval_samples` = 8 completions each
-at temperature 1, Hugging Face `generate`) are measured before and after, each rank sampling its
-share of the prompts. TRL scores the policy without position ids, which shifts GPT-2's absolute positions under
-left padding: the script makes the model number positions from the mask
-(`minirl.lm.export.use_mask_positions`) unless told `--no_position_fix`. `<output_dir>/metrics.json` gets the figures, and checks that the run was data parallel:
-the ranks seen from inside, and every rank's weights equal after training (gradients averaged).
+`--model course` (the default): rank 0 exports the course's base model and tokenizer to
+`<output_dir>/base` (`minirl.lm.export.save`). Otherwise `--model` is a local folder or the name of a
+model already in the Hugging Face cache: everything is read offline (HF_HUB_OFFLINE=1 is set here;
+download a Hub model first, scale_out/README.md). The task's prompts are rendered for the model
+(`arithmetic_task`: a chat model reads them through its chat template) and scored by the course's
+verifier. Before anything is sampled, `model_checks` refuses completions that cannot fit the model's
+context and a learning rate far from the model's size.
+
+Held-out pass@1 and pass@`eval_samples` (300 prompts never in the corpus, completions at temperature 1
+with Hugging Face `generate`, `max_completion_length` tokens) are measured before and after training,
+each rank sampling its share, through TRL's `unwrap_model_for_generation`: it gathers the weights that
+DeepSpeed ZeRO-3 partitions, before training and after. TRL scores the policy without position ids, which
+shifts GPT-2's absolute positions under left padding: for a GPT-2 model the script makes it number
+positions from the mask (`minirl.lm.export.use_mask_positions`) unless told `--no_position_fix`; rotary
+models (Llama, Qwen) are unaffected. `<output_dir>/metrics.json` gets the figures, and checks that the
+run was data parallel: the ranks seen from inside, and every rank's weights equal after training.
 
 `accelerate launch --cpu --num_processes 2` starts one process on a machine without GPUs; torchrun
 starts two, hence `--expect_world_size`, which stops the run if the launch gave another number.
@@ -21,6 +29,7 @@ starts two, hence `--expect_world_size`, which stops the run if the launch gave 
 import hashlib
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,33 +40,72 @@ import torch  # noqa: E402
 from accelerate import PartialState  # noqa: E402
 from accelerate.utils import gather_object  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from transformers import AutoConfig, AutoTokenizer, set_seed  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer, TrlParser  # noqa: E402
+from trl.models.utils import unwrap_model_for_generation  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import arithmetic_task as task  # noqa: E402
+import model_checks  # noqa: E402
 
 import minirl  # noqa: E402
 from minirl.lm import export  # noqa: E402
-from minirl.world import datasets, rewards
 
 
 @dataclass
 class ScriptArguments:
+    model: str = "course"  # "course" (the course's base model, exported), a local folder, or a cached Hub name
     expect_world_size: int = 0  # stop unless the launch gave this many ranks (0: any)
     eval_samples: int = 8  # completions per held-out prompt (pass@1 and pass@eval_samples)
-    no_position_fix: bool = False  # leave TRL's training forward numbering the left padding (to see why not)
+    no_position_fix: bool = False  # leave TRL's training forward numbering GPT-2's left padding (to see why not)
+    any_learning_rate: bool = False  # skip the check of the learning rate against the model's size
+
+
+def model_folder(script: ScriptArguments, output_dir: str) -> str:
+    """Where every rank loads the model from: the course's export (rank 0 writes it) or `--model` itself."""
+    state = PartialState()
+    if script.model != "course":
+        return script.model
+    folder = Path(output_dir) / "base"
+    if state.is_main_process:
+        export.save(folder, minirl.load_model("base"))
+    state.wait_for_everyone()
+    return str(folder)
+
+
+def load_tokenizer(folder: str):
+    try:
+        return AutoTokenizer.from_pretrained(folder)
+    except OSError as e:
+        raise SystemExit(f"cannot read a tokenizer from {folder!r} offline ({e.__class__.__name__}): give a local folder, "
+                         f"or download a Hub model first (hf download {folder}), as scale_out/README.md shows") from None
+
+
+def check_config(config: GRPOConfig, folder: str, tokenizer, chat: bool) -> None:
+    """The lengths against the model's context, before the trainer (and vLLM) start."""
+    lines = task.questions("train") + task.questions("test")
+    texts = task.prompt_texts(tokenizer, lines, chat)
+    longest = max(len(ids) for ids in tokenizer(texts, add_special_tokens=not chat)["input_ids"])
+    context = model_checks.context_length(AutoConfig.from_pretrained(folder))
+    model_checks.check_lengths(longest, config.max_completion_length, context, folder,
+                               config.vllm_max_model_length if config.use_vllm else None)
 
 
 @torch.no_grad()
-def heldout_right(model, tokenizer, prompts: list[str], samples: int, seed: int) -> list[int]:
-    """Right answers out of `samples` completions (temperature 1) of each held-out prompt, in order:
-    each rank samples its share of the prompts, every rank gets the whole list."""
+def heldout_right(trainer, tokenizer, lines: list[str], chat: bool, samples: int, seed: int) -> list[int]:
+    """Right answers out of `samples` completions (temperature 1) of each held-out line, in order: each
+    rank samples its share of the lines, every rank gets the whole list."""
     state = PartialState()
     torch.manual_seed(seed + state.process_index)
-    with state.split_between_processes(prompts) as mine:
-        rows = [p for p in mine for _ in range(samples)]
-        batch = tokenizer(rows, return_tensors="pt", padding=True, padding_side="left").to(model.device)
-        out = model.generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=6)
-        right = rewards.arithmetic_reward(rows, tokenizer.batch_decode(out[:, batch["input_ids"].size(1):],
-                                                                        skip_special_tokens=True))
+    with state.split_between_processes(lines) as mine, \
+            unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+        rows = [q for q in mine for _ in range(samples)]
+        batch = tokenizer(task.prompt_texts(tokenizer, rows, chat), return_tensors="pt", padding=True,
+                          padding_side="left", add_special_tokens=not chat).to(model.device)
+        out = model.eval().generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                                    max_new_tokens=trainer.args.max_completion_length)
+        replies = tokenizer.batch_decode(out[:, batch["input_ids"].size(1):], skip_special_tokens=True)
+        right = task.score(rows, replies, chat)
     per_prompt = [int(sum(right[i:i + samples])) for i in range(0, len(right), samples)]
     return [n for shard in gather_object([per_prompt]) for n in shard]
 
@@ -70,10 +118,12 @@ def heldout_metrics(right: list[int], samples: int) -> dict[str, float]:
             "below_half": round(sum(2 * r < samples for r in right) / n, 4)}
 
 
-def weights_digest(model) -> str:
+def weights_digest(trainer) -> str:
+    """A hash of every weight, gathered where ZeRO-3 partitions them."""
     h = hashlib.sha256()
-    for p in model.parameters():
-        h.update(p.detach().float().cpu().numpy().tobytes())
+    with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+        for p in model.parameters():
+            h.update(p.detach().float().cpu().numpy().tobytes())
     return h.hexdigest()[:16]
 
 
@@ -82,31 +132,43 @@ def main():
     state = PartialState()
     if script.expect_world_size and state.num_processes != script.expect_world_size:
         raise SystemExit(f"expected {script.expect_world_size} ranks, the launch gave {state.num_processes}")
-    base = Path(config.output_dir) / "base"
-    if state.is_main_process:
-        export.save(base, minirl.load_model("base"))
-    state.wait_for_everyone()
+    folder = model_folder(script, config.output_dir)
+    tokenizer = load_tokenizer(folder)
+    chat = task.is_chat(tokenizer)
+    try:
+        check_config(config, folder, tokenizer, chat)
+    except ValueError as e:
+        raise SystemExit(f"grpo_trl.py: {e}") from None
 
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    heldout = [r["prompt"] for r in datasets.load_prompts("arithmetic", "test")]
-    train = Dataset.from_dict({"prompt": [r["prompt"] for r in datasets.load_prompts("arithmetic", "train")]})
-    before = heldout_right(AutoModelForCausalLM.from_pretrained(base), tokenizer, heldout, script.eval_samples, config.seed)
-
-    trainer = GRPOTrainer(model=str(base), reward_funcs=rewards.arithmetic_reward, args=config, train_dataset=train,
-                          processing_class=tokenizer)
+    trainer = GRPOTrainer(model=folder, reward_funcs=task.reward_function(chat), args=config,
+                          train_dataset=Dataset.from_dict(task.columns("train", chat)), processing_class=tokenizer)
+    n_params = model_checks.parameter_count(trainer.model)
+    if not script.any_learning_rate:
+        try:
+            model_checks.check_learning_rate(config.learning_rate, n_params)
+        except ValueError as e:
+            raise SystemExit(f"grpo_trl.py: {e}") from None
+    position_fix = trainer.model.config.model_type == "gpt2" and not script.no_position_fix
     for model in (trainer.model, trainer.ref_model):  # GPT-2's absolute positions under TRL's left padding
-        if model is not None and not script.no_position_fix:
+        if model is not None and position_fix:
             export.use_mask_positions(model)
+
+    heldout = task.questions("test")
+    before = heldout_right(trainer, tokenizer, heldout, chat, script.eval_samples, config.seed)
+    digest_before = weights_digest(trainer)
+    set_seed(config.seed)  # training draws what it would have drawn without the evaluation before it
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
-    model = trainer.model.eval()
-    after = heldout_right(model, tokenizer, heldout, script.eval_samples, config.seed)
+    after = heldout_right(trainer, tokenizer, heldout, chat, script.eval_samples, config.seed)
 
-    ranks, digests = gather_object([state.process_index]), gather_object([weights_digest(model)])
+    ranks, digests = gather_object([state.process_index]), gather_object([weights_digest(trainer)])
     logs = [entry for entry in trainer.state.log_history if "reward" in entry]
     metrics = {
+        "model": script.model, "model_type": trainer.model.config.model_type, "parameters": n_params,
+        "chat_template": chat, "reward_function": task.reward_function(chat).__name__, "position_fix": position_fix,
         "world_size": state.num_processes, "ranks": ranks, "weights_equal_on_every_rank": len(set(digests)) == 1,
+        "weights_changed": digests[0] != digest_before,
         "seed": config.seed, "steps": trainer.state.global_step,
         "completions_per_step": config.per_device_train_batch_size * state.num_processes * config.gradient_accumulation_steps,
         "heldout_prompts": len(heldout), "eval_samples": script.eval_samples,

@@ -1,7 +1,8 @@
-"""The arithmetic prompts as verl reads them: parquet rows with the prompt as a one-message chat (verl
-always applies the tokenizer's chat template; the exported tokenizer's template returns the text
-unchanged), the data source, the answer as ground truth, and the raw prompt in `extra_info` for
-`scale_out/verl_reward.py`.
+"""The arithmetic prompts as verl reads them, for a chat model (scale_out/verl_grpo.sh trains
+Qwen2.5-0.5B-Instruct): parquet rows with the prompt as a one-message chat, the instruction and the
+course's line as `scale_out/grpo_trl.py` renders them for a chat model (verl applies the tokenizer's
+chat template), the data source, the answer as ground truth, and the course's line in `extra_info`
+for `scale_out/verl_reward.py`.
 
     python scale_out/verl_data.py runs/verl_data     # writes train.parquet and test.parquet
 """
@@ -10,13 +11,16 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from minirl.world import datasets
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import arithmetic_task as task  # noqa: E402
+
+from minirl.world import datasets  # noqa: E402
 
 DATA_SOURCE = "minirl/arithmetic"
 
 
 def verl_rows(split: str) -> list[dict]:
-    return [{"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": r["prompt"]}],
+    return [{"data_source": DATA_SOURCE, "prompt": task.render(r["prompt"], chat=True),
              "reward_model": {"style": "rule", "ground_truth": str(r["answer"])}, "extra_info": {"prompt": r["prompt"]}}
             for r in datasets.load_prompts("arithmetic", split)]
 

@@ -10,6 +10,13 @@ parser, each seen rejecting a planted misspelled key.
 - verl (verl_grpo.sh): Hydra composes verl's own ppo_trainer config (from the verl wheel that
   `make install` downloads, not installed: verl pins an older transformers) with the script's
   overrides, as `python -m verl.trainer.main_ppo` does; Hydra refuses a key verl does not have.
+
+The script on a second architecture (slow): scale_out/small_model.py builds a small Llama and a small
+Qwen2 with a chat template, offline; the script trains them one process and two ranks. Its checks
+(model_checks.py) refuse completions past the context and a learning rate far from the model's size,
+called directly and through the script. The GPU config is checked against Qwen2.5-0.5B-Instruct's
+published shape (its parameter count from its config on the meta device) and chat template, and the
+gpu extra's pins against TRL's own ranges and the recorded resolution (scale_out/gpu_resolution.txt).
 """
 import json
 import re
@@ -26,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCALE_OUT = ROOT / "scale_out"
 sys.path.insert(0, str(SCALE_OUT))
 VERL_WHEEL = Path(sys.prefix) / "wheels" / "verl-0.9.1-py3-none-any.whl"
+import arithmetic_task as task  # noqa: E402
+import model_checks  # noqa: E402
 
 
 def misspelled(path: Path, old: str, new: str, tmp_path: Path) -> Path:
@@ -132,7 +141,8 @@ def test_verl_reward_is_the_course_reward_on_verls_rows():
         right, wrong = f" {row['reward_model']['ground_truth']}", f" {int(row['reward_model']['ground_truth']) + 1}"
         for completion in (right, wrong, " banana"):
             score = compute_score(row["data_source"], completion, row["reward_model"]["ground_truth"], row["extra_info"])
-            assert score == arithmetic_reward([row["prompt"][0]["content"]], [completion])[0]
+            assert score == arithmetic_reward([row["extra_info"]["prompt"]], [completion])[0]
+        assert row["prompt"][0]["content"].endswith(row["extra_info"]["prompt"])  # the chat model reads the course's line
         assert compute_score(row["data_source"], right, None, row["extra_info"]) == 1.0
 
 
@@ -146,7 +156,8 @@ def check_trl_run(done: subprocess.CompletedProcess, out: Path, world_size: int)
     assert done.returncode == 0, done.stderr[-3000:]
     m = json.loads((out / "metrics.json").read_text())
     assert (m["world_size"], m["ranks"], m["steps"], m["completions_per_step"]) == (world_size, list(range(world_size)), 60, 128)
-    assert m["weights_equal_on_every_rank"]  # gradients averaged across the ranks
+    assert (m["model_type"], m["position_fix"], m["chat_template"]) == ("gpt2", True, False)
+    assert m["weights_equal_on_every_rank"] and m["weights_changed"]  # gradients averaged across the ranks
     assert m["pass@1_after"] - m["pass@1_before"] >= 0.10, m  # +0.153 to +0.179 on seeds 0-2, one and two ranks
     assert m["kl_max"] < 10, m  # 0.12-0.80 on those runs; 722 to 6,938 with TRL scoring GPT-2 at shifted positions
     return m
@@ -169,3 +180,183 @@ def test_accelerate_cpu_launch_gives_one_rank_and_the_script_says_so(tmp_path):
     accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2"]
     done = run_script(accelerate, tmp_path, "--max_steps", "1", "--expect_world_size", "2")
     assert done.returncode != 0 and "expected 2 ranks, the launch gave 1" in done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------- the checks of a config against its model
+def test_lengths_past_the_context_are_refused_with_the_longest_that_fits():
+    model_checks.check_lengths(10, 54, 64, "course")  # exactly the context: accepted
+    with pytest.raises(ValueError, match=r"more than 64, the context of course.*at most 54"):
+        model_checks.check_lengths(10, 55, 64, "course")
+    with pytest.raises(ValueError, match=r"more than 128, vllm_max_model_length.*at most 118 or raise vllm_max_model_length"):
+        model_checks.check_lengths(10, 200, 32768, "qwen", vllm_max_model_length=128)
+
+
+def test_context_length_reads_gpt2_and_rotary_configs():
+    from transformers import GPT2Config, LlamaConfig
+    assert model_checks.context_length(GPT2Config(n_positions=64)) == 64
+    assert model_checks.context_length(LlamaConfig(max_position_embeddings=4096)) == 4096
+
+
+def test_learning_rate_check_refuses_each_models_rate_on_the_other():
+    (small, small_rate), (large, large_rate) = model_checks.COURSE_RATE, model_checks.INSTRUCT_RATE
+    assert model_checks.typical_learning_rate(small) == pytest.approx(small_rate)
+    assert model_checks.typical_learning_rate(large) == pytest.approx(large_rate)
+    assert model_checks.typical_learning_rate(7e9) == pytest.approx(large_rate)  # flat beyond the ends
+    assert model_checks.typical_learning_rate(1e5) == pytest.approx(small_rate)
+    mid = (small * large) ** 0.5  # halfway on the log axis: the geometric mean of the rates
+    assert model_checks.typical_learning_rate(mid) == pytest.approx((small_rate * large_rate) ** 0.5)
+    model_checks.check_learning_rate(small_rate, small)
+    model_checks.check_learning_rate(large_rate, large)
+    with pytest.raises(ValueError, match="500 times below"):
+        model_checks.check_learning_rate(large_rate, small)
+    with pytest.raises(ValueError, match="500 times above.*--any_learning_rate"):
+        model_checks.check_learning_rate(small_rate, large)
+
+
+def test_parameter_count_reads_zero3_partitioned_weights():
+    import torch
+    layer = torch.nn.Linear(4, 3)
+    assert model_checks.parameter_count(layer) == 15
+    layer.weight.data = torch.empty(0)  # as ZeRO-3 leaves a partitioned weight on a rank
+    layer.weight.ds_numel = 12
+    assert model_checks.parameter_count(layer) == 15
+
+
+# ---------------------------------------------------------------- the task for a chat model
+def test_chat_reward_is_the_course_reward_on_the_line_and_the_reply():
+    from minirl.world.rewards import arithmetic_reward
+    lines = task.questions("test")[:40]
+    for line in lines:
+        answer = int(line[3:line.index("=")].split("+")[0]) + int(line[3:line.index("=")].split("+")[1])
+        for reply, right in ((f"{answer}", 1.0), (f" {answer}\n", 1.0), (f"{answer + 1}", 0.0), (f"The sum is {answer}.", 0.0)):
+            rows = [[{"role": "assistant", "content": reply}]]
+            assert task.arithmetic_chat_reward(None, rows, question=[line]) == [right]
+            assert task.score([line], [reply], chat=True) == [right]
+        assert task.score([line], [f" {answer}"], chat=False) == arithmetic_reward([line], [f" {answer}"]) == [1.0]
+        assert task.score([line], [f"{answer}"], chat=False) == [0.0]  # the course's own format needs the space
+
+
+def test_the_course_export_is_plain_and_a_chat_template_renders_the_instruction():
+    from minirl.lm import export
+    from small_model import tokenizer_for
+    assert not task.is_chat(export.to_hf_tokenizer())
+    assert task.prompt_texts(export.to_hf_tokenizer(), ["q: 1+2= a:"], chat=False) == ["q: 1+2= a:"]
+    chat = tokenizer_for(chat=True)
+    assert task.is_chat(chat)
+    assert task.prompt_texts(chat, ["q: 1+2= a:"], chat=True) == [f"user: {task.INSTRUCTION}\nq: 1+2= a:\nassistant:"]
+    assert task.reward_function(True) is task.arithmetic_chat_reward
+
+
+# ---------------------------------------------------------------- the GPU configs against the model they name
+QWEN_05B = {"vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,  # its config.json
+            "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768, "tie_word_embeddings": True}
+QWEN_TEMPLATE = ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+                 "<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n")  # Qwen2.5's template, default system turn
+
+
+def test_the_gpu_config_fits_the_model_it_names():
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+    gpu, script = trl_parse(SCALE_OUT / "grpo_vllm.yaml", *GPU_ONLY)
+    assert script.model == "Qwen/Qwen2.5-0.5B-Instruct"
+    with torch.device("meta"):
+        qwen = AutoModelForCausalLM.from_config(Qwen2Config(**QWEN_05B))
+    n = model_checks.parameter_count(qwen)
+    assert n == model_checks.INSTRUCT_RATE[0] == 494_032_768  # the published 0.49B
+    model_checks.check_learning_rate(gpu.learning_rate, n)
+    with pytest.raises(ValueError):
+        model_checks.check_learning_rate(gpu.learning_rate, model_checks.COURSE_RATE[0])  # 1e-6 would not move the course's GPT
+    # a byte-level BPE token covers at least one byte, so a prompt's UTF-8 bytes bound its tokens
+    longest = max(len(QWEN_TEMPLATE.format(content=m[0]["content"]).encode()) for m in task.columns("test", True)["prompt"])
+    model_checks.check_lengths(longest, gpu.max_completion_length, QWEN_05B["max_position_embeddings"], script.model,
+                               gpu.vllm_max_model_length)
+    assert (gpu.vllm_enable_sleep_mode, gpu.vllm_gpu_memory_utilization, gpu.bf16) == (False, 0.3, False)  # bf16 overridden here
+    for stage in (2, 3):  # accelerate's accumulation is the TRL config's, and the global batch is 128
+        launch = accelerate_check(SCALE_OUT / f"accelerate_zero{stage}.yaml")
+        assert launch.deepspeed_config["gradient_accumulation_steps"] == gpu.gradient_accumulation_steps
+        assert launch.num_processes * gpu.per_device_train_batch_size * gpu.gradient_accumulation_steps == 128
+
+
+def test_the_gpu_extra_resolves_within_trls_ranges_as_recorded():
+    import tomllib
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+    extra = [Requirement(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]]
+    pins = {r.name: str(r.specifier).removeprefix("==") for r in extra}
+    recorded = dict(line.split("==") for line in (SCALE_OUT / "gpu_resolution.txt").read_text().splitlines()
+                    if line and not line.startswith("#"))
+    assert all(recorded[name] == version for name, version in pins.items()), (pins, {k: recorded[k] for k in pins})
+    assert recorded["torch"].split("+")[0] == (ROOT / "constraints.txt").read_text().split("torch==")[1].split()[0]
+    trl_wants = [Requirement(r) for r in requires("trl") if "extra ==" in r]
+    for name in ("vllm", "deepspeed"):
+        for req in (r for r in trl_wants if r.name == name):
+            assert req.specifier.contains(pins[name]), (req, pins[name])
+
+
+# ---------------------------------------------------------------- a second architecture, and the checks in the script
+def build_small(folder: Path, *args: str) -> Path:
+    done = subprocess.run([sys.executable, str(SCALE_OUT / "small_model.py"), str(folder), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return folder
+
+
+@pytest.fixture(scope="module")
+def small_llama(tmp_path_factory):
+    return build_small(tmp_path_factory.mktemp("llama") / "model", "--layout", "llama")
+
+
+def check_small_run(done, out: Path, world_size: int, model_type: str, chat: bool) -> dict:
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = json.loads((out / "metrics.json").read_text())
+    assert (m["model_type"], m["chat_template"], m["position_fix"], m["world_size"]) == (model_type, chat, False, world_size)
+    assert m["weights_equal_on_every_rank"] and m["weights_changed"], m
+    return m
+
+
+@pytest.mark.slow
+def test_a_small_llama_trains_in_one_process_and_on_two_ranks(small_llama, tmp_path):
+    done = run_script([sys.executable], tmp_path / "one", "--model", str(small_llama), "--max_steps", "4")
+    m = check_small_run(done, tmp_path / "one", 1, "llama", chat=False)
+    assert m["parameters"] == 163_904 and m["pass@8_before"] > 0.1, m  # it can be right, so groups differ (0.3 seen)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    done = run_script(torchrun, tmp_path / "two", "--model", str(small_llama), "--max_steps", "2",
+                      "--gradient_accumulation_steps", "1", "--expect_world_size", "2")
+    assert check_small_run(done, tmp_path / "two", 2, "llama", chat=False)["ranks"] == [0, 1]
+
+
+@pytest.mark.slow
+def test_a_small_qwen2_with_a_chat_template_runs_the_conversational_path(tmp_path):
+    """The path only: after 100 supervised steps this Qwen2 is right on under 1% of the chat prompts (0 to
+    0.7% seen after 300 to 800), too rarely for its groups to differ, so learning is the Llama's test."""
+    model = build_small(tmp_path / "model", "--layout", "qwen2", "--chat", "--steps", "100")
+    done = run_script([sys.executable], tmp_path / "run", "--model", str(model), "--max_steps", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert (m["model_type"], m["chat_template"], m["reward_function"], m["steps"]) == ("qwen2", True, "arithmetic_chat_reward", 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, message", [
+    (("--max_completion_length", "60"), "more than 64, the context of"),
+    (("--learning_rate", "1e-6"), "500 times below"),
+    (("--model", "nobody/not-a-model"), "hf download nobody/not-a-model"),  # not cached: the script never reaches the Hub
+])
+def test_the_script_refuses_a_config_its_model_cannot_take(args, message, tmp_path):
+    done = run_script([sys.executable], tmp_path, "--max_steps", "1", *args)
+    assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_zero3_on_cpu_evaluates_with_gathered_weights(small_llama, tmp_path):
+    """Needs DeepSpeed, which the test environment lacks; scale_out/README.md gives the environment that runs it."""
+    pytest.importorskip("deepspeed", reason="DeepSpeed is in the gpu extra, not in the test environment")
+    config = tmp_path / "zero3.yaml"
+    text = (SCALE_OUT / "accelerate_zero3.yaml").read_text().replace("num_processes: 8", "num_processes: 2")
+    config.write_text(text.replace("mixed_precision: bf16", "mixed_precision: 'no'"))
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
+    done = run_script(launch, tmp_path / "run", "--model", str(small_llama), "--max_steps", "2",
+                      "--ddp_backend", "gloo", "--expect_world_size", "2")
+    check_small_run(done, tmp_path / "run", 2, "llama", chat=False)
