@@ -55,12 +55,14 @@ def reward_function(chat: bool):
     return arithmetic_chat_reward if chat else rewards.arithmetic_reward
 
 
-def prompt_texts(tokenizer, lines: list[str], chat: bool) -> list[str]:
-    """The text the model reads for each line (for a chat model, its template with the generation prompt,
-    as TRL renders it); tokenize it without adding special tokens when `chat`, as TRL does."""
+def prompt_texts(tokenizer, lines: list[str], chat: bool, template_kwargs: dict | None = None) -> list[str]:
+    """The text the model reads for each line (for a chat model, its template with the generation prompt and
+    GRPOConfig's `chat_template_kwargs`, as TRL renders it); tokenize it without adding special tokens
+    when `chat`, as TRL does."""
     if not chat:
         return list(lines)
-    return [tokenizer.apply_chat_template(render(q, True), add_generation_prompt=True, tokenize=False) for q in lines]
+    return [tokenizer.apply_chat_template(render(q, True), add_generation_prompt=True, tokenize=False, **(template_kwargs or {}))
+            for q in lines]
 
 
 def score(lines: list[str], replies: list[str], chat: bool) -> list[float]:

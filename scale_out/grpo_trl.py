@@ -11,10 +11,10 @@ model or any Hugging Face causal LM: the path from lesson 06 to a cluster (lesso
 model already in the Hugging Face cache: everything is read offline (HF_HUB_OFFLINE=1 is set here;
 download a Hub model first, scale_out/README.md). The task's prompts are rendered for the model
 (`arithmetic_task`: a chat model reads them through its chat template) and scored by the course's
-verifier. Before anything is sampled, `model_checks` refuses completions that cannot fit the model's
-context and a learning rate far from the model's size.
+verifier. Before the trainer (and vLLM) start, `model_checks` refuses completions that cannot fit the
+model's context and a learning rate far from the model's size (read from its weight files' headers).
 
-Held-out pass@1 and pass@`eval_samples` (300 prompts never in the corpus, completions at temperature 1
+Held-out pass@1 and pass@`eval_samples` (300 prompts never in the corpus, plain sampling at temperature 1
 with Hugging Face `generate`, `max_completion_length` tokens) are measured before and after training,
 each rank sampling its share, through TRL's `unwrap_model_for_generation`: it gathers the weights that
 DeepSpeed ZeRO-3 partitions, before training and after. TRL scores the policy without position ids, which
@@ -38,9 +38,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: never reach
 
 import torch  # noqa: E402
 from accelerate import PartialState  # noqa: E402
-from accelerate.utils import gather_object  # noqa: E402
+from accelerate.utils import gather_object, set_seed  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import AutoConfig, AutoTokenizer, set_seed  # noqa: E402
+from transformers import AutoConfig, AutoTokenizer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer, TrlParser  # noqa: E402
 from trl.models.utils import unwrap_model_for_generation  # noqa: E402
 
@@ -74,6 +74,7 @@ def model_folder(script: ScriptArguments, output_dir: str) -> str:
 
 
 def load_tokenizer(folder: str):
+    """The model's tokenizer, read offline; a Hub name not in the cache is refused with the command that fetches it."""
     try:
         return AutoTokenizer.from_pretrained(folder)
     except OSError as e:
@@ -81,28 +82,36 @@ def load_tokenizer(folder: str):
                          f"or download a Hub model first (hf download {folder}), as scale_out/README.md shows") from None
 
 
-def check_config(config: GRPOConfig, folder: str, tokenizer, chat: bool) -> None:
-    """The lengths against the model's context, before the trainer (and vLLM) start."""
+def check_config(config: GRPOConfig, script: ScriptArguments, folder: str, tokenizer, chat: bool) -> int:
+    """The lengths against the model's context and the learning rate against its size, before the trainer
+    (and vLLM) start; returns the model's parameter count."""
     lines = task.questions("train") + task.questions("test")
-    texts = task.prompt_texts(tokenizer, lines, chat)
+    texts = task.prompt_texts(tokenizer, lines, chat, config.chat_template_kwargs)
     longest = max(len(ids) for ids in tokenizer(texts, add_special_tokens=not chat)["input_ids"])
     context = model_checks.context_length(AutoConfig.from_pretrained(folder))
     model_checks.check_lengths(longest, config.max_completion_length, context, folder,
                                config.vllm_max_model_length if config.use_vllm else None)
+    n_params = model_checks.parameter_count(folder)
+    if not script.any_learning_rate:
+        model_checks.check_learning_rate(config.learning_rate, n_params)
+    return n_params
 
 
 @torch.no_grad()
 def heldout_right(trainer, tokenizer, lines: list[str], chat: bool, samples: int, seed: int) -> list[int]:
-    """Right answers out of `samples` completions (temperature 1) of each held-out line, in order: each
-    rank samples its share of the lines, every rank gets the whole list."""
+    """Right answers out of `samples` completions of each held-out line, in order: each rank samples its share
+    of the lines, every rank gets the whole list. Sampling is plain (temperature 1, no top-k, top-p or
+    repetition penalty, as TRL trains): none of the model's own generation defaults (Qwen's repetition
+    penalty) leaks in."""
     state = PartialState()
     torch.manual_seed(seed + state.process_index)
     with state.split_between_processes(lines) as mine, \
             unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
         rows = [q for q in mine for _ in range(samples)]
-        batch = tokenizer(task.prompt_texts(tokenizer, rows, chat), return_tensors="pt", padding=True,
-                          padding_side="left", add_special_tokens=not chat).to(model.device)
-        out = model.eval().generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+        texts = task.prompt_texts(tokenizer, rows, chat, trainer.args.chat_template_kwargs)
+        batch = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left",
+                          add_special_tokens=not chat).to(model.device)
+        out = model.eval().generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0,
                                     max_new_tokens=trainer.args.max_completion_length)
         replies = tokenizer.batch_decode(out[:, batch["input_ids"].size(1):], skip_special_tokens=True)
         right = task.score(rows, replies, chat)
@@ -127,44 +136,14 @@ def weights_digest(trainer) -> str:
     return h.hexdigest()[:16]
 
 
-def main():
-    config, script = TrlParser((GRPOConfig, ScriptArguments)).parse_args_and_config()
-    state = PartialState()
-    if script.expect_world_size and state.num_processes != script.expect_world_size:
-        raise SystemExit(f"expected {script.expect_world_size} ranks, the launch gave {state.num_processes}")
-    folder = model_folder(script, config.output_dir)
-    tokenizer = load_tokenizer(folder)
-    chat = task.is_chat(tokenizer)
-    try:
-        check_config(config, folder, tokenizer, chat)
-    except ValueError as e:
-        raise SystemExit(f"grpo_trl.py: {e}") from None
-
-    trainer = GRPOTrainer(model=folder, reward_funcs=task.reward_function(chat), args=config,
-                          train_dataset=Dataset.from_dict(task.columns("train", chat)), processing_class=tokenizer)
-    n_params = model_checks.parameter_count(trainer.model)
-    if not script.any_learning_rate:
-        try:
-            model_checks.check_learning_rate(config.learning_rate, n_params)
-        except ValueError as e:
-            raise SystemExit(f"grpo_trl.py: {e}") from None
-    position_fix = trainer.model.config.model_type == "gpt2" and not script.no_position_fix
-    for model in (trainer.model, trainer.ref_model):  # GPT-2's absolute positions under TRL's left padding
-        if model is not None and position_fix:
-            export.use_mask_positions(model)
-
-    heldout = task.questions("test")
-    before = heldout_right(trainer, tokenizer, heldout, chat, script.eval_samples, config.seed)
-    digest_before = weights_digest(trainer)
-    set_seed(config.seed)  # training draws what it would have drawn without the evaluation before it
-    start = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - start
-    after = heldout_right(trainer, tokenizer, heldout, chat, script.eval_samples, config.seed)
-
+def run_metrics(trainer, script: ScriptArguments, n_params: int, chat: bool, position_fix: bool, heldout: list[str],
+                before: list[int], after: list[int], digest_before: str, seconds: float) -> dict:
+    """What metrics.json records: the model, the ranks and their weights, the steps, pass@k before and
+    after, reward and KL over training, and the time."""
+    state, config = PartialState(), trainer.args
     ranks, digests = gather_object([state.process_index]), gather_object([weights_digest(trainer)])
     logs = [entry for entry in trainer.state.log_history if "reward" in entry]
-    metrics = {
+    return {
         "model": script.model, "model_type": trainer.model.config.model_type, "parameters": n_params,
         "chat_template": chat, "reward_function": task.reward_function(chat).__name__, "position_fix": position_fix,
         "world_size": state.num_processes, "ranks": ranks, "weights_equal_on_every_rank": len(set(digests)) == 1,
@@ -181,6 +160,37 @@ def main():
         "threads_per_rank": torch.get_num_threads(),
         "history": [{"step": e["step"], "reward": round(e["reward"], 4), "kl": round(e.get("kl", 0.0), 4)} for e in logs],
     }
+
+
+def main():
+    config, script = TrlParser((GRPOConfig, ScriptArguments)).parse_args_and_config()
+    state = PartialState()
+    if script.expect_world_size and state.num_processes != script.expect_world_size:
+        raise SystemExit(f"expected {script.expect_world_size} ranks, the launch gave {state.num_processes}")
+    folder = model_folder(script, config.output_dir)
+    tokenizer = load_tokenizer(folder)
+    chat = task.is_chat(tokenizer)
+    try:
+        n_params = check_config(config, script, folder, tokenizer, chat)
+    except ValueError as e:
+        raise SystemExit(f"grpo_trl.py: {e}") from None
+
+    trainer = GRPOTrainer(model=folder, reward_funcs=task.reward_function(chat), args=config,
+                          train_dataset=Dataset.from_dict(task.columns("train", chat)), processing_class=tokenizer)
+    position_fix = trainer.model.config.model_type == "gpt2" and not script.no_position_fix
+    for model in (trainer.model, trainer.ref_model):  # GPT-2's absolute positions under TRL's left padding
+        if model is not None and position_fix:
+            export.use_mask_positions(model)
+
+    heldout = task.questions("test")
+    before = heldout_right(trainer, tokenizer, heldout, chat, script.eval_samples, config.seed)
+    digest_before = weights_digest(trainer)
+    set_seed(config.seed, device_specific=True)  # each rank's stream as TRL seeded it, as if nothing ran before training
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    after = heldout_right(trainer, tokenizer, heldout, chat, script.eval_samples, config.seed)
+    metrics = run_metrics(trainer, script, n_params, chat, position_fix, heldout, before, after, digest_before, seconds)
     if state.is_main_process:
         (Path(config.output_dir) / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
         print(json.dumps({k: v for k, v in metrics.items() if k != "history"}))

@@ -1,4 +1,4 @@
-"""Checks of a GRPO config against the model it trains, made before the first completion is sampled.
+"""Checks of a GRPO config against the model it trains, made before the trainer (and vLLM) start.
 
 - **Lengths.** Every prompt plus `max_completion_length` tokens must fit the model's context (and
   vLLM's, when `vllm_max_model_length` is set). Past it, vLLM caps the completion without a word and
@@ -13,6 +13,7 @@
   tuned rule: `--any_learning_rate` skips it.
 """
 import math
+from pathlib import Path
 
 __all__ = ["COURSE_RATE", "INSTRUCT_RATE", "RATE_FACTOR", "context_length", "check_lengths",
            "typical_learning_rate", "check_learning_rate", "parameter_count"]
@@ -56,11 +57,27 @@ def check_learning_rate(learning_rate: float, n_params: int) -> None:
     if not typical / RATE_FACTOR <= learning_rate <= typical * RATE_FACTOR:
         raise ValueError(
             f"learning_rate {learning_rate:g} is {max(learning_rate / typical, typical / learning_rate):.0f} times "
-            f"{'above' if learning_rate > typical else 'below'} {typical:.1g}, the typical rate for "
-            f"{n_params / 1e6:,.1f}M parameters (allowed: {typical / RATE_FACTOR:.1g} to {typical * RATE_FACTOR:.1g}). "
+            f"{'above' if learning_rate > typical else 'below'} {typical:.3g}, the typical rate for "
+            f"{n_params / 1e6:,.1f}M parameters (allowed: {typical / RATE_FACTOR:.3g} to {typical * RATE_FACTOR:.3g}). "
             "Set a rate in that range, or pass --any_learning_rate to run it anyway")
 
 
-def parameter_count(model) -> int:
-    """Parameters of a model, whole even where DeepSpeed ZeRO-3 has partitioned them (`ds_numel`)."""
-    return sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+def parameter_count(folder: str) -> int:
+    """Parameters in a model's safetensors files, read from their headers (nothing is loaded, so the check
+    runs before the trainer and vLLM start): a local folder, or a Hub name's snapshot in the cache.
+    Tied weights are stored once, as `save_pretrained` writes them."""
+    from safetensors import safe_open
+
+    path = Path(folder)
+    if not path.is_dir():
+        from huggingface_hub import snapshot_download
+        path = Path(snapshot_download(folder, local_files_only=True, allow_patterns=["*.safetensors", "*.json"]))
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"{folder} has no safetensors files, so its size (and the learning rate) cannot be checked: "
+                         "pass --any_learning_rate to run it anyway")
+    total = 0
+    for file in files:
+        with safe_open(str(file), "pt") as weights:
+            total += sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+    return total

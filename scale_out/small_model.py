@@ -32,17 +32,18 @@ CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{%
                  "{% if add_generation_prompt %}assistant:{% endif %}")
 
 
-def build(layout: str, context: int):
-    """A random model of the layout: 2 layers of width 64, 4 query heads, the course's 506 tokens."""
+def build(layout: str, context: int, vocab_size: int):
+    """A random model of the layout: 2 layers of width 64, 4 query heads, the course's EOS and PAD ids."""
     config_class, model_class, extra = LAYOUTS[layout]
     eos, pad = export.course_special_ids()
-    config = config_class(vocab_size=506, hidden_size=64, intermediate_size=172, num_hidden_layers=2,
+    config = config_class(vocab_size=vocab_size, hidden_size=64, intermediate_size=172, num_hidden_layers=2,
                           num_attention_heads=4, max_position_embeddings=context, bos_token_id=eos,
                           eos_token_id=eos, pad_token_id=pad, **extra)
     return model_class(config)
 
 
 def tokenizer_for(chat: bool):
+    """The course's tokenizer in Hugging Face's format, with a chat template of its own when `chat`."""
     tokenizer = export.to_hf_tokenizer()
     if chat:
         tokenizer.chat_template = CHAT_TEMPLATE
@@ -89,7 +90,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.manual_seed(args.seed)
     tokenizer = tokenizer_for(args.chat)
-    model = build(args.layout, context=128 if args.chat else 64)
+    model = build(args.layout, context=128 if args.chat else 64, vocab_size=len(tokenizer))
     loss = teach(model, tokenizer, args.chat, args.steps, seed=args.seed)
     model.eval().save_pretrained(args.folder)
     tokenizer.save_pretrained(args.folder)

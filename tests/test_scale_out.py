@@ -12,7 +12,8 @@ parser, each seen rejecting a planted misspelled key.
   overrides, as `python -m verl.trainer.main_ppo` does; Hydra refuses a key verl does not have.
 
 The script on a second architecture (slow): scale_out/small_model.py builds a small Llama and a small
-Qwen2 with a chat template, offline; the script trains them one process and two ranks. Its checks
+Qwen2 with a chat template, offline; the script trains the Llama as one process and as two ranks, and
+runs the Qwen2 through the conversational path. Its checks
 (model_checks.py) refuse completions past the context and a learning rate far from the model's size,
 called directly and through the script. The GPU config is checked against Qwen2.5-0.5B-Instruct's
 published shape (its parameter count from its config on the meta device) and chat template, and the
@@ -142,6 +143,8 @@ def test_verl_reward_is_the_course_reward_on_verls_rows():
         for completion in (right, wrong, " banana"):
             score = compute_score(row["data_source"], completion, row["reward_model"]["ground_truth"], row["extra_info"])
             assert score == arithmetic_reward([row["extra_info"]["prompt"]], [completion])[0]
+        bare = compute_score(row["data_source"], row["reward_model"]["ground_truth"], None, row["extra_info"])
+        assert bare == 1.0  # a chat model's reply, "155", reads as the course's " 155"
         assert row["prompt"][0]["content"].endswith(row["extra_info"]["prompt"])  # the chat model reads the course's line
         assert compute_score(row["data_source"], right, None, row["extra_info"]) == 1.0
 
@@ -207,19 +210,23 @@ def test_learning_rate_check_refuses_each_models_rate_on_the_other():
     assert model_checks.typical_learning_rate(mid) == pytest.approx((small_rate * large_rate) ** 0.5)
     model_checks.check_learning_rate(small_rate, small)
     model_checks.check_learning_rate(large_rate, large)
-    with pytest.raises(ValueError, match="500 times below"):
+    with pytest.raises(ValueError, match=r"500 times below 0.0005.*allowed: 1.67e-05 to 0.015\)"):
         model_checks.check_learning_rate(large_rate, small)
+    model_checks.check_learning_rate(1.67e-5, small)  # the ends of the band the message names
+    model_checks.check_learning_rate(0.015, small)
     with pytest.raises(ValueError, match="500 times above.*--any_learning_rate"):
         model_checks.check_learning_rate(small_rate, large)
 
 
-def test_parameter_count_reads_zero3_partitioned_weights():
-    import torch
-    layer = torch.nn.Linear(4, 3)
-    assert model_checks.parameter_count(layer) == 15
-    layer.weight.data = torch.empty(0)  # as ZeRO-3 leaves a partitioned weight on a rank
-    layer.weight.ds_numel = 12
-    assert model_checks.parameter_count(layer) == 15
+def test_parameter_count_reads_the_weight_files_as_loading_counts(tmp_path):
+    import minirl
+    from minirl.lm import export
+    base = minirl.load_model("base")
+    folder = export.save(tmp_path / "base", base)["policy"]
+    assert model_checks.parameter_count(str(folder)) == sum(p.numel() for p in base.parameters()) == 1_262_848  # tied head once
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no safetensors files.*--any_learning_rate"):
+        model_checks.parameter_count(str(tmp_path / "empty"))
 
 
 # ---------------------------------------------------------------- the task for a chat model
@@ -245,6 +252,11 @@ def test_the_course_export_is_plain_and_a_chat_template_renders_the_instruction(
     assert task.is_chat(chat)
     assert task.prompt_texts(chat, ["q: 1+2= a:"], chat=True) == [f"user: {task.INSTRUCTION}\nq: 1+2= a:\nassistant:"]
     assert task.reward_function(True) is task.arithmetic_chat_reward
+    lines = task.questions("test")[:20]  # the tokens the script measures are the ones TRL's rollout tokenizes
+    ours = chat(task.prompt_texts(chat, lines, chat=True), add_special_tokens=False)["input_ids"]
+    trls = chat.apply_chat_template(conversation=[task.render(q, True) for q in lines], add_generation_prompt=True,
+                                    tokenize=True, return_dict=True)["input_ids"]
+    assert ours == trls
 
 
 # ---------------------------------------------------------------- the GPU configs against the model they name
@@ -261,13 +273,14 @@ def test_the_gpu_config_fits_the_model_it_names():
     assert script.model == "Qwen/Qwen2.5-0.5B-Instruct"
     with torch.device("meta"):
         qwen = AutoModelForCausalLM.from_config(Qwen2Config(**QWEN_05B))
-    n = model_checks.parameter_count(qwen)
-    assert n == model_checks.INSTRUCT_RATE[0] == 494_032_768  # the published 0.49B
+    n = sum(p.numel() for p in qwen.parameters())
+    assert n == model_checks.INSTRUCT_RATE[0] == 494_032_768  # the published 0.49B, and the rate check's anchor
     model_checks.check_learning_rate(gpu.learning_rate, n)
     with pytest.raises(ValueError):
         model_checks.check_learning_rate(gpu.learning_rate, model_checks.COURSE_RATE[0])  # 1e-6 would not move the course's GPT
     # a byte-level BPE token covers at least one byte, so a prompt's UTF-8 bytes bound its tokens
-    longest = max(len(QWEN_TEMPLATE.format(content=m[0]["content"]).encode()) for m in task.columns("test", True)["prompt"])
+    longest = max(len(QWEN_TEMPLATE.format(content=m[0]["content"]).encode())
+                  for split in ("train", "test") for m in task.columns(split, True)["prompt"])
     model_checks.check_lengths(longest, gpu.max_completion_length, QWEN_05B["max_position_embeddings"], script.model,
                                gpu.vllm_max_model_length)
     assert (gpu.vllm_enable_sleep_mode, gpu.vllm_gpu_memory_utilization, gpu.bf16) == (False, 0.3, False)  # bf16 overridden here
@@ -278,6 +291,8 @@ def test_the_gpu_config_fits_the_model_it_names():
 
 
 def test_the_gpu_extra_resolves_within_trls_ranges_as_recorded():
+    """A consistency check, offline: the extra's pins are those of the recorded resolution (the command
+    that made it is in the file's header) and inside the ranges TRL itself declares."""
     import tomllib
     from importlib.metadata import requires
 
@@ -350,13 +365,16 @@ def test_the_script_refuses_a_config_its_model_cannot_take(args, message, tmp_pa
 
 
 @pytest.mark.slow
-def test_zero3_on_cpu_evaluates_with_gathered_weights(small_llama, tmp_path):
-    """Needs DeepSpeed, which the test environment lacks; scale_out/README.md gives the environment that runs it."""
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_zero_on_cpu_evaluates_before_and_after(stage, small_llama, tmp_path):
+    """The GPU configs on two CPU ranks (gloo, fp32), 32 completions per rank x 2 ranks x 2 accumulation
+    steps = 128; under ZeRO-3 the evaluations read gathered weights. Needs DeepSpeed, which the test
+    environment lacks; scale_out/README.md gives the environment that runs it."""
     pytest.importorskip("deepspeed", reason="DeepSpeed is in the gpu extra, not in the test environment")
-    config = tmp_path / "zero3.yaml"
-    text = (SCALE_OUT / "accelerate_zero3.yaml").read_text().replace("num_processes: 8", "num_processes: 2")
+    config = tmp_path / f"zero{stage}.yaml"
+    text = (SCALE_OUT / f"accelerate_zero{stage}.yaml").read_text().replace("num_processes: 8", "num_processes: 2")
     config.write_text(text.replace("mixed_precision: bf16", "mixed_precision: 'no'"))
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
-    done = run_script(launch, tmp_path / "run", "--model", str(small_llama), "--max_steps", "2",
-                      "--ddp_backend", "gloo", "--expect_world_size", "2")
-    check_small_run(done, tmp_path / "run", 2, "llama", chat=False)
+    done = run_script(launch, tmp_path / "run", "--model", str(small_llama), "--max_steps", "2", "--ddp_backend", "gloo",
+                      "--per_device_train_batch_size", "32", "--expect_world_size", "2")
+    assert check_small_run(done, tmp_path / "run", 2, "llama", chat=False)["completions_per_step"] == 128
