@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import arithmetic_task as task  # noqa: E402
 
 from minirl.lm import export  # noqa: E402
+from minirl.lm.sequences import right_pad  # noqa: E402
 from minirl.world import datasets  # noqa: E402
 
 LAYOUTS = {"llama": (LlamaConfig, LlamaForCausalLM, {"num_key_value_heads": 4, "tie_word_embeddings": False}),
@@ -50,30 +51,30 @@ def tokenizer_for(chat: bool):
     return tokenizer
 
 
-def sft_batch(tokenizer, rows: list[dict], chat: bool) -> dict:
-    """Right-padded (prompt, ' answer', EOS) sequences, the loss on the answer and EOS only."""
+def tokenized_lines(tokenizer, chat: bool) -> list[tuple[list[int], list[int]]]:
+    """Every training line as (prompt ids, ' answer' ids + EOS), tokenized once."""
+    rows = datasets.load_prompts("arithmetic", "train")
     prompts = tokenizer(task.prompt_texts(tokenizer, [r["prompt"] for r in rows], chat), add_special_tokens=False)["input_ids"]
     answers = tokenizer([f" {r['answer']}" for r in rows], add_special_tokens=False)["input_ids"]
-    width = max(len(p) + len(a) + 1 for p, a in zip(prompts, answers))
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id)
-    labels = torch.full((len(rows), width), -100)
-    for i, (p, a) in enumerate(zip(prompts, answers)):
-        target = a + [tokenizer.eos_token_id]
-        ids[i, :len(p) + len(target)] = torch.tensor(p + target)
-        labels[i, len(p):len(p) + len(target)] = torch.tensor(target)
-    return {"input_ids": ids, "attention_mask": (labels != -100) | (torch.arange(width) < torch.tensor([len(p) for p in prompts])[:, None]),
-            "labels": labels}
+    return [(p, a + [tokenizer.eos_token_id]) for p, a in zip(prompts, answers)]
+
+
+def sft_batch(lines: list[tuple[list[int], list[int]]], pad_id: int) -> dict:
+    """Right-padded (prompt, target) sequences, the loss on the target (answer and EOS) only."""
+    return {"input_ids": right_pad([p + t for p, t in lines], pad_id),
+            "attention_mask": right_pad([[1] * (len(p) + len(t)) for p, t in lines], 0),
+            "labels": right_pad([[-100] * len(p) + t for p, t in lines], -100)}
 
 
 def teach(model, tokenizer, chat: bool, steps: int, batch_size: int = 64, lr: float = 3e-3, seed: int = 0) -> float:
     """`steps` AdamW steps of next-token loss on random batches of the training lines; the last loss."""
-    rows = datasets.load_prompts("arithmetic", "train")
+    lines = tokenized_lines(tokenizer, chat)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     for _ in range(steps):
-        pick = torch.randint(len(rows), (batch_size,), generator=generator).tolist()
-        loss = model(**sft_batch(tokenizer, [rows[i] for i in pick], chat)).loss
+        pick = torch.randint(len(lines), (batch_size,), generator=generator).tolist()
+        loss = model(**sft_batch([lines[i] for i in pick], tokenizer.pad_token_id)).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -29,8 +29,6 @@ from minirl.train.raft import RAFTConfig
 from minirl.world import evaluate, tasks
 
 
-
-
 @functools.cache
 def model():
     return minirl.load_model("base")

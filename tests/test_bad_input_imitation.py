@@ -24,7 +24,6 @@ from minirl.train.raft import RAFTConfig, train_raft
 from minirl.world import datasets, generate, tasks
 
 
-
 @functools.cache
 def model():
     return minirl.load_model("base")

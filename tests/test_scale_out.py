@@ -232,9 +232,9 @@ def test_parameter_count_reads_the_weight_files_as_loading_counts(tmp_path):
 # ---------------------------------------------------------------- the task for a chat model
 def test_chat_reward_is_the_course_reward_on_the_line_and_the_reply():
     from minirl.world.rewards import arithmetic_reward
-    lines = task.questions("test")[:40]
-    for line in lines:
-        answer = int(line[3:line.index("=")].split("+")[0]) + int(line[3:line.index("=")].split("+")[1])
+    from minirl.world import datasets
+    for row in datasets.load_prompts("arithmetic", "test")[:40]:
+        line, answer = row["prompt"], row["answer"]
         for reply, right in ((f"{answer}", 1.0), (f" {answer}\n", 1.0), (f"{answer + 1}", 0.0), (f"The sum is {answer}.", 0.0)):
             rows = [[{"role": "assistant", "content": reply}]]
             assert task.arithmetic_chat_reward(None, rows, question=[line]) == [right]
