@@ -15,13 +15,13 @@ The package in layers; a module imports only from its own layer and the layers b
 list (tests/test_layout.py checks it):
 
   core        the floor: argument checks, data paths, progress bars, tensor functions (no model, no world)
-                validate, paths, notebook, ops, kl, advantages, losses, preferences, compare
+                validate, paths, notebook, ops, kl, advantages, corrections, losses, preferences, compare
   lm          the language model
                 tokenizer, model, sampling, sequences, critic, reward_head, export, memory
   world       the tiny world
                 grammar, rewards, datasets, generate, tasks, evaluate
   exact       the micro world, solved exactly
-                micro, mdp, imitation, irl, micro_dpo, micro_gail
+                micro, mdp, imitation, irl, micro_dpo, micro_gail, group_updates
   train       the trainers and lesson 08's measurements
                 training, pg, ppo, grpo, sft, reward_model, dpo, best_of_n, raft, gail, rlhf,
                 overoptimization; commands pretrain, reward_models, sft_model

@@ -7,11 +7,12 @@ tensor functions of RL (no model, no world).
     ops           masked reductions, per-token log-probs
     kl            the k1, k2, k3 estimators of KL
     advantages    returns, GAE, group baselines
-    losses        surrogate losses: policy gradient, PPO, GRPO, value, SFT, Bradley-Terry, DPO, GAIL
+    corrections   importance weights for tokens another policy sampled (stale rollouts, another sampler)
+    losses        surrogate losses: policy gradient, PPO, GRPO, GSPO, CISPO, value, SFT, Bradley-Terry, DPO, GAIL
     preferences   Bradley-Terry, Elo, rankings, accuracy ceilings
     compare       comparing runs: verdicts only where seeds separate, reads at matched KL, late
                   windows, learning rates chosen on a bracketing grid
 """
-from . import advantages, compare, kl, losses, notebook, ops, paths, preferences, validate
+from . import advantages, compare, corrections, kl, losses, notebook, ops, paths, preferences, validate
 
-__all__ = ["advantages", "compare", "kl", "losses", "notebook", "ops", "paths", "preferences", "validate"]
+__all__ = ["advantages", "compare", "corrections", "kl", "losses", "notebook", "ops", "paths", "preferences", "validate"]

@@ -21,11 +21,12 @@ import torch
 import torch.nn.functional as F
 
 from . import validate
+from .corrections import geometric_sequence_ratio
 from .kl import kl_k3
 from .ops import check_float, check_mask, masked_mean, masked_sum, token_logprobs, zero_padding
 
 __all__ = ["AGGREGATIONS", "aggregate", "policy_gradient_loss", "clipped_objective", "ppo_clip_loss", "grpo_loss",
-           "value_loss", "sft_loss", "bradley_terry_loss", "DPO_LOSS_TYPES", "dpo_loss", "simpo_loss",
+           "gspo_loss", "cispo_loss", "value_loss", "sft_loss", "bradley_terry_loss", "DPO_LOSS_TYPES", "dpo_loss", "simpo_loss",
            "preference_accuracy", "gail_discriminator_loss"]
 
 AGGREGATIONS = ("sequence_sum", "sequence_mean", "token_mean", "constant")
@@ -147,7 +148,8 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
 def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, advantages: torch.Tensor,
               mask: torch.Tensor, clip_eps: float = 0.2, beta: float = 0.04, aggregation: str = "sequence_mean",
               max_len: int | None = None, clip_eps_high: float | None = None,
-              kl_ratio_weight: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
+              kl_ratio_weight: bool = False,
+              is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO's loss (Shao et al., 2024): the clipped surrogate plus beta * KL to the reference, per token.
 
         loss_t = -min(ratio_t A_i, clip(ratio_t, 1 - eps, 1 + eps) A_i) + beta * k3_t
@@ -162,19 +164,73 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: 
     estimates the KL of the wrong policy. kl_ratio_weight=True multiplies k3 by the ratio
     pi_theta/pi_old (importance sampling; TRL's `use_bias_correction_kl`, on by default there);
     the paper, and our default, leave it out. At the first inner step the ratio is 1 and both agree.
+    is_weights: (B, T) constant weights on each token's policy term (not its KL), for tokens another
+    policy sampled (`minirl.corrections.importance_weights`; TRL multiplies its vLLM correction in
+    the same place). clip_eps_high: the upper clip 1 + eps_high (DAPO's clip-higher).
     Returns (loss, diagnostics): clip_fraction, kl (mean k3 per token), ratio_mean.
     """
     validate.number("beta", beta, 0.0)
-    m, logprobs, old_logprobs, ref_logprobs, advantages = per_token_inputs(
-        mask, logprobs=logprobs, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, advantages=advantages)
+    weights = torch.ones_like(logprobs) if is_weights is None else is_weights
+    m, logprobs, old_logprobs, ref_logprobs, advantages, weights = per_token_inputs(
+        mask, logprobs=logprobs, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, advantages=advantages,
+        is_weights=weights)
     ratio = (logprobs - old_logprobs).exp()
     kl = kl_k3(logprobs, ref_logprobs)
     kl_term = kl * ratio if kl_ratio_weight else kl
-    per_token = -clipped_objective(ratio, advantages, clip_eps, clip_eps_high) + beta * kl_term
+    per_token = -weights * clipped_objective(ratio, advantages, clip_eps, clip_eps_high) + beta * kl_term
     loss = aggregate(per_token, m, aggregation, max_len)
     with torch.no_grad():
         diagnostics = {"clip_fraction": _clip_fraction(ratio, m, clip_eps, clip_eps_high),
                        "kl": masked_mean(kl, m).item(), "ratio_mean": masked_mean(ratio, m).item()}
+    return loss, diagnostics
+
+
+def gspo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+              clip_eps: float = 3e-4, clip_eps_high: float | None = 4e-4) -> tuple[torch.Tensor, dict[str, float]]:
+    """GSPO's loss (Zheng et al., 2025): PPO's clip on one ratio per completion,
+
+        s_i  = (pi_theta(y_i|x) / pi_old(y_i|x))^(1/|y_i|)      (`corrections.geometric_sequence_ratio`)
+        loss = -mean_i min(s_i A_i, clip(s_i, 1 - eps, 1 + eps_high) A_i)
+
+    Its gradient is s_i A_i times the completion's *mean* token score, so the 1/|y| of GRPO's
+    sequence_mean aggregation is built in; at s_i = 1 (on-policy) the gradient equals GRPO's with
+    'sequence_mean'. The paper's clip range is narrow, 3e-4 and 4e-4, because s_i is a mean over
+    tokens and moves far less than a token ratio. advantages: (B,), one per completion. No KL term
+    (the paper uses none). Returns (loss, diagnostics): clip_fraction (share of completions
+    clipped), ratio_mean."""
+    if advantages.dim() != 1:
+        raise ValueError(f"GSPO takes one advantage per completion, (B,); got shape {tuple(advantages.shape)}")
+    m, logprobs, old_logprobs = per_token_inputs(mask, logprobs=logprobs, old_logprobs=old_logprobs)
+    check_float("advantages", advantages)
+    s = geometric_sequence_ratio(logprobs, old_logprobs, m)  # (B,)
+    loss = -clipped_objective(s, advantages.detach(), clip_eps, clip_eps_high).mean()
+    with torch.no_grad():
+        rows = torch.ones_like(s, dtype=torch.bool)
+        diagnostics = {"clip_fraction": _clip_fraction(s, rows, clip_eps, clip_eps_high), "ratio_mean": s.mean().item()}
+    return loss, diagnostics
+
+
+def cispo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+               weight_cap: float = 5.0, aggregation: str = "token_mean") -> tuple[torch.Tensor, dict[str, float]]:
+    """CISPO's loss (MiniMax, 2025): clip the importance *weight*, not the update.
+
+        loss_t = -sg(min(ratio_t, weight_cap)) A_t log pi_theta(a_t|s_t),   ratio_t = pi_theta / pi_old
+
+    PPO's clip zeroes the gradient of a token whose ratio left the range, so a rare token that
+    moved a lot stops learning; CISPO keeps every token's gradient and only bounds its weight. At
+    ratio 1 (on-policy) the gradient equals the plain policy gradient under `aggregation`
+    ('token_mean', DAPO's, as in the paper). weight_cap: the paper's 1 + eps_max (TRL's
+    `epsilon_high` under loss_type='cispo'), at least 1. Returns (loss, diagnostics):
+    capped_fraction, ratio_mean."""
+    validate.number("weight_cap", weight_cap, 1.0, finite=False)
+    m, logprobs, old_logprobs, advantages = per_token_inputs(mask, logprobs=logprobs, old_logprobs=old_logprobs,
+                                                             advantages=advantages)
+    ratio = (logprobs - old_logprobs).exp()
+    weight = ratio.detach().clamp(max=weight_cap)
+    loss = -aggregate(weight * advantages * logprobs, m, aggregation)
+    with torch.no_grad():
+        diagnostics = {"capped_fraction": masked_mean((ratio > weight_cap).to(ratio.dtype), m).item(),
+                       "ratio_mean": masked_mean(ratio, m).item()}
     return loss, diagnostics
 
 

@@ -7,7 +7,8 @@ gradient and optimum is a finite sum.
     irl           maximum-entropy inverse RL
     micro_dpo     DPO and IPO against the closed-form RLHF optimum
     micro_gail    GAIL with a tabular discriminator
+    group_updates  the GRPO family's expected update and its variance, on- and off-policy
 """
-from . import imitation, irl, mdp, micro, micro_dpo, micro_gail
+from . import group_updates, imitation, irl, mdp, micro, micro_dpo, micro_gail
 
-__all__ = ["imitation", "irl", "mdp", "micro", "micro_dpo", "micro_gail"]
+__all__ = ["group_updates", "imitation", "irl", "mdp", "micro", "micro_dpo", "micro_gail"]

@@ -12,20 +12,26 @@ One loop, fixed steps:
     4. `inner_steps` gradient steps on the same batch with minirl.losses.grpo_loss: the clipped
        ratio against the policy that sampled the batch, plus beta * k3 KL to the frozen reference
 
+With `stale_steps` = k each batch is trained on k updates after it was sampled, as in an
+asynchronous pipeline whose sampler runs ahead of the learner; `correction` says what the loss
+does about it (`CORRECTIONS`).
+
 The log-probs returned by the sampler are the old policy's (temperature 1), so no extra forward
 pass is needed for pi_old; the reference costs one forward pass without gradients per step. Both
 forward passes run each prompt once for its group (`sampling.completion_hidden`).
 """
 from __future__ import annotations
 
+import itertools
 import time
+from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
 from ..core import advantages as adv
-from ..core import validate
+from ..core import corrections, validate
 from ..core.losses import AGGREGATIONS, grpo_loss
 from ..core.ops import entropy_from_logits, masked_mean, token_logprobs
 from ..lm.model import GPT
@@ -34,11 +40,12 @@ from ..lm.tokenizer import load_tokenizer
 from ..world.tasks import RewardFn, Task, training_rewards
 from .training import check_config, check_finite, check_inputs, frozen_reference, optimizer_step, training_batches
 
-__all__ = ["ADVANTAGES", "LR_SCHEDULES", "GRPOConfig", "group_advantages", "zero_advantage_fraction", "grpo_update",
-           "lr_factor", "train_grpo"]
+__all__ = ["ADVANTAGES", "LR_SCHEDULES", "CORRECTIONS", "GRPOConfig", "group_advantages", "zero_advantage_fraction",
+           "old_logprobs_and_weights", "grpo_update", "lr_factor", "stale_batches", "train_grpo"]
 
 ADVANTAGES = ("group", "group_mean", "leave_one_out")
 LR_SCHEDULES = ("constant", "linear")
+CORRECTIONS = ("ppo_clip", "none") + corrections.CORRECTIONS
 
 
 @validate.known_options
@@ -53,8 +60,10 @@ class GRPOConfig:
     lr                AdamW's learning rate (no weight decay)
     beta              weight of the per-token k3 KL to the frozen starting model (0.04: the GRPO
                       paper's; 0 turns the penalty off)
-    clip_eps          the ratio's clip range [1 - clip_eps, 1 + clip_eps] (PPO's 0.2); it binds only
-                      when inner_steps > 1
+    clip_eps          the ratio's clip range [1 - clip_eps, 1 + clip_eps] (PPO's 0.2); on fresh
+                      rollouts it binds only when inner_steps > 1
+    clip_eps_high     the upper end 1 + clip_eps_high instead (DAPO's clip-higher, 0.28 there);
+                      None: clip_eps
     inner_steps       gradient steps on each sampled batch, the paper's mu; 1 (its and TRL's default)
                       leaves the ratio at 1, so the clip never binds
     advantage         'group' (r - mean) / (std + eps), 'group_mean' r - mean (Dr. GRPO), or
@@ -66,6 +75,14 @@ class GRPOConfig:
                       Trainer's default)
     warmup_steps      the rate first rises linearly to lr over this many steps (`lr_factor`);
                       fewer than steps
+    stale_steps       k: each batch is trained on k updates after it was sampled (the first k by
+                      the starting policy, `stale_batches`); 0 is on-policy
+    correction        what the loss does about tokens the current policy did not sample:
+                      'ppo_clip' (the paper's): the ratio against the sampler's log-probs, clipped;
+                      'none': the ratio against the current policy (staleness ignored); or one of
+                      `minirl.corrections.CORRECTIONS`: the ratio against the current policy, each
+                      token's policy term weighted by the bounded pi/mu (`old_logprobs_and_weights`)
+    correction_cap    C of those weights, at least 1 (TRL's vllm_importance_sampling_clip_max: 3)
     seed              seeds the prompt draws and the sampler's generator
     """
     steps: int = 120
@@ -80,11 +97,22 @@ class GRPOConfig:
     max_grad_norm: float = 1.0
     lr_schedule: str = "constant"
     warmup_steps: int = 0
+    clip_eps_high: float | None = None
+    stale_steps: int = 0
+    correction: str = "ppo_clip"
+    correction_cap: float = 2.0
     seed: int = 0
 
     def __post_init__(self):
         check_config(self)
         validate.number("clip_eps", self.clip_eps, 0.0)
+        if self.clip_eps_high is not None:
+            validate.number("clip_eps_high", self.clip_eps_high, 0.0)
+        validate.integer("stale_steps", self.stale_steps, minimum=0)
+        if self.stale_steps >= self.steps:
+            raise ValueError(f"stale_steps ({self.stale_steps}) must be fewer than steps ({self.steps})")
+        validate.choice("correction", self.correction, CORRECTIONS)
+        validate.number("correction_cap", self.correction_cap, 1.0, finite=False)
         validate.choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         validate.integer("warmup_steps", self.warmup_steps, minimum=0)
         if self.warmup_steps >= self.steps:
@@ -114,6 +142,21 @@ def zero_advantage_fraction(rewards: torch.Tensor, group_size: int) -> float:
     return (g == g[:, :1]).all(dim=1).float().mean().item()
 
 
+def old_logprobs_and_weights(logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor,
+                             config: GRPOConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """pi_old for the clipped ratio, and the per-token importance weights (or None), by
+    `config.correction`. logprobs: the current policy's, before this batch's first update;
+    sampler_logprobs: those the sampler recorded (mu). 'ppo_clip' clips pi/mu itself; the others
+    take the current policy as pi_old (ratio 1 at the first inner step) and 'none' weighs nothing."""
+    if config.correction == "ppo_clip":
+        return sampler_logprobs, None
+    current = logprobs.detach()
+    if config.correction == "none":
+        return current, None
+    return current, corrections.importance_weights(current, sampler_logprobs, mask, config.correction,
+                                                   config.correction_cap)
+
+
 def grpo_update(policy: GPT, opt: torch.optim.Optimizer, rollout: Rollout, rewards: torch.Tensor,
                 ref_logprobs: torch.Tensor, config: GRPOConfig, max_len: int, step: int = 0) -> dict[str, float]:
     """Steps 3-4 on one sampled batch: group advantages, then `inner_steps` steps on grpo_loss.
@@ -124,12 +167,17 @@ def grpo_update(policy: GPT, opt: torch.optim.Optimizer, rollout: Rollout, rewar
     metrics = {}
     for inner in range(config.inner_steps):
         logits = completion_logits(policy, rollout)  # (B, T, V)
-        loss, diag = grpo_loss(token_logprobs(logits, rollout.tokens), rollout.logprobs, ref_logprobs, advantages, mask,
-                               clip_eps=config.clip_eps, beta=config.beta, aggregation=config.aggregation, max_len=max_len)
+        logprobs = token_logprobs(logits, rollout.tokens)
+        if inner == 0:
+            old_logprobs, weights = old_logprobs_and_weights(logprobs, rollout.logprobs, mask, config)
+        loss, diag = grpo_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, clip_eps=config.clip_eps,
+                               beta=config.beta, aggregation=config.aggregation, max_len=max_len,
+                               clip_eps_high=config.clip_eps_high, is_weights=weights)
         check_finite(loss, step)
         optimizer_step(opt, list(policy.parameters()), loss, config.max_grad_norm)
-        if inner == 0:  # the batch as sampled: ratio 1, so the loss is -mean advantage + beta * KL
-            metrics.update(loss_first=loss.item(), kl=diag["kl"],
+        if inner == 0:  # on a fresh batch the ratio is 1, so the loss is -mean advantage + beta * KL
+            sampler_ratio = masked_mean((logprobs.detach() - rollout.logprobs).exp(), mask).item()  # pi/mu: 1 if fresh
+            metrics.update(loss_first=loss.item(), kl=diag["kl"], sampler_ratio=sampler_ratio,
                            entropy=masked_mean(entropy_from_logits(logits.detach()), mask).item())
     metrics.update(loss_last=loss.item(), clip_fraction=diag["clip_fraction"],
                    zero_adv_groups=zero_advantage_fraction(rewards, config.group_size))
@@ -147,6 +195,22 @@ def lr_factor(step: int, config: GRPOConfig) -> float:
     return 1.0 if config.lr_schedule == "constant" else (config.steps - step) / (config.steps - warmup)
 
 
+def stale_batches(batches: Iterator[tuple[int, Rollout]], stale_steps: int) -> Iterator[tuple[int, Rollout]]:
+    """The batches of `batches` (a lazy sampler that samples when asked), each handed out
+    `stale_steps` updates after it was sampled: the first k are sampled up front by the starting
+    policy, then each step samples one more with the current policy and hands out the oldest.
+    Batch j is trained on at update j and was sampled by the policy of update max(0, j - k)."""
+    queue = deque(rollout for _, rollout in itertools.islice(batches, stale_steps))
+    step = 0
+    for _, rollout in batches:
+        queue.append(rollout)
+        yield step, queue.popleft()
+        step += 1
+    while queue:
+        yield step, queue.popleft()
+        step += 1
+
+
 def train_grpo(policy: GPT, task: Task, config: GRPOConfig, tokenizer=None, reward_fn: RewardFn | None = None,
                callback: Callable[[dict, GPT], None] | None = None) -> list[dict]:
     """Train `policy` in place on `task` (its prompts and gold metrics); returns one dict of metrics
@@ -161,7 +225,8 @@ def train_grpo(policy: GPT, task: Task, config: GRPOConfig, tokenizer=None, rewa
     generator = torch.Generator().manual_seed(config.seed)
     history = []
     last = time.perf_counter()
-    for step, rollout in training_batches(policy, task, config, generator, enc, desc="GRPO"):
+    batches = training_batches(policy, task, config, generator, enc, desc="GRPO")
+    for step, rollout in stale_batches(batches, config.stale_steps):
         rewards = training_rewards(task, rollout, enc, reward_fn).sum(dim=1)  # (B,) one reward per completion
         with torch.no_grad():
             ref_logprobs = completion_logprobs(reference, rollout)

@@ -1,0 +1,77 @@
+"""Importance weights for tokens the learner did not sample itself.
+
+Two things make the policy that wrote a batch (the *behaviour* policy mu) differ from the one
+being trained (pi): rollouts sampled one or more updates ago (an asynchronous pipeline, or several
+inner steps), and a sampler that is not the learner (another engine, top-k, a temperature). The
+policy gradient is an expectation under pi; samples from mu need the weight pi/mu, and engines
+use one of four bounded versions of it (the four modes of TRL's `vllm_importance_sampling_mode`):
+
+    token_truncate     w_t = min(rho_t, C)                      rho_t = pi(a_t|s_t) / mu(a_t|s_t)
+    token_mask         w_t = rho_t if rho_t <= C else 0
+    sequence_truncate  w_t = min(prod_t rho_t, C)               one weight for every token of a row
+    sequence_mask      w_t = prod_t rho_t if it is <= C else 0
+
+Only the full product prod_t rho_t = pi(y|x)/mu(y|x) makes a sequence's score unbiased; a per-token
+ratio ignores that mu also reached state s_t with another probability than pi (Yao et al., 2025,
+on truncated IS for the sampler-learner gap; Liu et al., 2025, on masking). The cap C >= 1 trades
+that bias for variance: a weight of 1 is what an on-policy token gets, so a cap below 1 would
+shrink tokens that need no correction at all, and is refused.
+
+GSPO (Zheng et al., 2025) uses another sequence ratio, the geometric mean of the token ratios,
+exp(mean_t log rho_t): `geometric_sequence_ratio`. It is not an importance weight (its expectation
+under mu is not that of pi's) but a length-independent scale for the clip.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import validate
+from .ops import check_float, check_mask, masked_mean, masked_sum, zero_padding
+
+__all__ = ["CORRECTIONS", "log_ratios", "importance_weights", "geometric_sequence_ratio"]
+
+CORRECTIONS = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def log_ratios(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log rho_t = log pi(a_t|s_t) - log mu(a_t|s_t) per token, (B, T), 0 on padding (NaN or inf
+    there never leaks)."""
+    for name, x in (("logprobs", logprobs), ("behaviour_logprobs", behaviour_logprobs)):
+        check_float(name, x)
+        if x.shape != logprobs.shape:
+            raise ValueError(f"{name} shape {tuple(x.shape)} does not match logprobs shape {tuple(logprobs.shape)}")
+    m = check_mask(logprobs, mask).bool()
+    return zero_padding(logprobs, m) - zero_padding(behaviour_logprobs, m)
+
+
+def importance_weights(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor, mode: str,
+                       cap: float = 2.0) -> torch.Tensor:
+    """Per-token weights (B, T) for a loss on tokens sampled from mu, by one of `CORRECTIONS`,
+    detached (a weight, not a path for the gradient); 0 on padding.
+
+    logprobs: log pi of the sampled tokens (the learner now); behaviour_logprobs: log mu (the
+    policy or sampler that drew them). cap: C, at least 1 (inf: the plain ratio, unbounded)."""
+    validate.choice("mode", mode, CORRECTIONS)
+    if isinstance(cap, (int, float)) and cap < 1:
+        raise ValueError(f"cap must be >= 1, got {cap}: an on-policy token's weight is 1, and a cap below 1 would "
+                         "shrink tokens that need no correction")
+    cap = validate.number("cap", cap, 1.0, finite=False)
+    m = check_mask(logprobs, mask).bool()
+    log_rho = log_ratios(logprobs, behaviour_logprobs, m).detach()  # (B, T)
+    if mode.startswith("sequence"):
+        log_rho = masked_sum(log_rho, m, dim=1)[:, None].expand_as(log_rho)  # log pi(y|x) - log mu(y|x) on every token
+    rho = log_rho.exp()
+    if mode.endswith("truncate"):
+        weights = rho.clamp(max=cap)
+    else:
+        weights = torch.where(rho <= cap, rho, torch.zeros_like(rho))
+    return zero_padding(weights, m)
+
+
+def geometric_sequence_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO's ratio s_i = (pi(y_i|x) / pi_old(y_i|x))^(1/|y_i|) = exp(mean_t log rho_t), (B,), with
+    the gradient of `logprobs` (old_logprobs are constants): d s_i = s_i * mean_t d log pi(a_t|s_t)."""
+    m = check_mask(logprobs, mask).bool()
+    if bool((~m.any(dim=1)).any()):
+        raise ValueError("a row of mask is all zeros: every completion needs at least one token (EOS counts)")
+    return masked_mean(log_ratios(logprobs, old_logprobs.detach(), m), m, dim=1).exp()
