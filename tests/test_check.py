@@ -331,3 +331,30 @@ def test_all_names_the_public_api():
     assert set(check.__all__) == {n for n in vars(check) if not n.startswith("_") and n not in
                                   {"annotations", "copy", "functools", "inspect", "itertools", "math", "torch",
                                    "Fraction", "Callable", "NamedTuple"}}
+
+
+def test_off_policy_checkers_pass_the_package_and_name_each_mistake(capsys):
+    """Lesson 12's two checkers: minirl.corrections' functions pass (through a student's wrapper),
+    and each planted mistake is named."""
+    from minirl.core import corrections, ops
+
+    def tis(lp, mu, m, cap):
+        return corrections.importance_weights(lp, mu, m, "token_truncate", cap)
+
+    def seq(lp, mu, m):
+        return corrections.importance_weights(lp, mu, m, "sequence_truncate", math.inf)[:, 0]
+
+    assert verdict(capsys, check.truncated_is_weights, tis).startswith("PASS truncated_is_weights: 13 cases")
+    assert verdict(capsys, check.sequence_ratio, seq).startswith("PASS sequence_ratio: 6 cases")
+    wrong = {
+        "Ratios below 1 were raised": lambda lp, mu, m, cap: tis(lp, mu, m, cap).clamp(min=1 / cap) * m,
+        "upside down": lambda lp, mu, m, cap: tis(mu, lp, m, cap),
+        "Masked instead of truncated": lambda lp, mu, m, cap: corrections.importance_weights(lp, mu, m, "token_mask", cap),
+        "The mask is ignored": lambda lp, mu, m, cap: (lp - mu).exp().clamp(max=cap),
+    }
+    for mistake, fn in wrong.items():
+        assert mistake in verdict(capsys, check.truncated_is_weights, fn), mistake
+    geometric = verdict(capsys, check.sequence_ratio, lambda lp, mu, m: corrections.geometric_sequence_ratio(lp, mu, m))
+    assert "GSPO's length-normalized ratio" in geometric
+    assert "upside down" in verdict(capsys, check.sequence_ratio, lambda lp, mu, m: seq(mu, lp, m))
+    assert "mask is ignored" in verdict(capsys, check.sequence_ratio, lambda lp, mu, m: ops.masked_sum(lp - mu, torch.ones_like(m), 1).exp())

@@ -134,7 +134,7 @@ def test_unbiased_members_have_the_scale_exact_math_gives(group_size):
     for est, scale in expected.items():
         report = moments(mdp, logits, est, g).against(exact)
         assert report["scale"] == pytest.approx(scale, abs=1e-12)
-        assert report["bias_share"] < 1e-10
+        assert report["bias_share"] < 1e-10 and report["cosine"] == pytest.approx(1.0, abs=1e-12)
 
 
 def test_importance_sampling_the_whole_sequence_removes_staleness_bias():
@@ -149,6 +149,8 @@ def test_importance_sampling_the_whole_sequence_removes_staleness_bias():
     stale = moments(mdp, logits, Estimator("leave_one_out", "sequence_sum", "none"), 4, behaviour).against(exact)
     assert sequence["scale"] == pytest.approx(1.0, abs=1e-10) and sequence["bias_share"] < 1e-10
     assert token["bias_share"] > 0.01 and stale["bias_share"] > 0.01
+    for report in (token, stale):  # the bias share is the tangent of the angle whose cosine is reported
+        assert report["bias_share"] == pytest.approx(math.tan(math.acos(report["cosine"])), rel=1e-9)
 
 
 def test_gspo_and_cispo_equal_grpo_and_dapo_on_policy():

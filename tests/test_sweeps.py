@@ -259,3 +259,26 @@ def test_estimators_csv_covers_every_job():
     assert list(rows[0]) == script.FIELDS
     assert [(r["estimator"], int(r["seed"])) for r in rows] == script.jobs()
     assert {float(r["lr"]) for r in rows} == {script.LR}
+
+
+def test_stale_csvs_cover_every_job():
+    """Lesson 12's sweep: every tuning job and every reported job, at the rates the tuning chose."""
+    script = load_script("stale")
+    tuning = script.read_rows("stale_tuning")
+    assert [(r["run"], r["seed"], r["lr"]) for r in tuning] == script.tuning_jobs()
+    rows = script.read_rows("stale")
+    assert [(r["run"], r["seed"], r["lr"]) for r in rows] == script.jobs(script.tuned_rates(tuning))
+    for name in ("stale_tuning", "stale"):
+        with open(SWEEPS / f"{name}.csv") as f:
+            assert next(csv.reader(f)) == script.FIELDS
+
+
+@pytest.mark.slow
+def test_rerunning_one_stale_point_reproduces_its_row():
+    """Lesson 12 re-runs (stale-2-tis, seed 0) live; this re-runs another: no correction, 1 stale, seed 2."""
+    script = load_script("stale")
+    rate = script.tuned_rates(script.read_rows("stale_tuning"))["stale-1-none"]
+    recorded = next(r for r in script.read_rows("stale") if r["run"] == "stale-1-none" and r["seed"] == 2)
+    row = script.run("stale-1-none", 2, rate)
+    assert row["pass1"] == pytest.approx(recorded["pass1"], abs=0.08)
+    assert row["sampler_kl"] > 0 and row["clip_fraction"] == 0.0

@@ -34,7 +34,7 @@ __all__ = [
     "surrogate_loss", "reward_to_go", "reinforce_loss", "gae", "bias_and_variance", "clipped_objective",
     "group_advantages", "kl_k3", "bradley_terry_loss", "elo_update", "accuracy_ceiling", "sft_loss", "select_best",
     "best_of_n_kl_bound", "dpo_loss", "sequence_logprob", "soft_value_iteration", "gail_discriminator_loss",
-    "importance_weights", "positions_from_mask", "zero_model_states",
+    "importance_weights", "positions_from_mask", "zero_model_states", "truncated_is_weights", "sequence_ratio",
 ]
 
 TOLERANCE = 1e-6
@@ -963,3 +963,61 @@ def zero_model_states(student_fn) -> None:
     cases += [("one rank: nothing to shard", (7e9, 1, 3)), ("7B on 8 GPUs, stage 2", (7e9, 8, 2)),
               ("a 0.3M-parameter model on 2 ranks, stage 3", (3e5, 2, 3))]
     run_cases("zero_model_states", student_fn, _zero_per_rank, cases)
+
+
+# ---------------------------------------------------------------- lesson 12
+def _off_policy_cases() -> list[tuple[str, tuple]]:
+    """(logp, behaviour_logp, mask) cases: log pi and log mu of sampled tokens, padding after EOS."""
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 2
+    mu = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 2
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]])
+    nan_pad = logp.masked_fill(mask == 0, float("nan"))
+    return [("random log-probs", (logp, mu, mask)), ("on-policy: mu = pi", (logp, logp.clone(), mask)),
+            ("pi far above mu on some tokens", (logp, mu - 3.0, mask)), ("pi far below mu", (logp - 3.0, mu, mask)),
+            ("NaN on the padding", (nan_pad, mu, mask)), ("one token", (logp[:1, :1], mu[:1, :1], mask[:1, :1]))]
+
+
+def _loop_truncated_is(logp, behaviour_logp, mask, cap):
+    return torch.tensor([[min(math.exp(float(a) - float(b)), cap) if m else 0.0 for a, b, m in zip(*rows)]
+                         for rows in zip(logp, behaviour_logp, mask.tolist())], dtype=torch.float64)
+
+
+def truncated_is_weights(student_fn) -> None:
+    """Check truncated_is_weights(logp, behaviour_logp, mask, cap) -> (B, T) min(pi/mu, cap) per
+    token, 0 on padding: the weight of a token mu sampled, in a loss for pi."""
+    cases = [(f"{label}, cap {cap:g}", (*args, cap)) for label, args in _off_policy_cases() for cap in (2.0, 1.0)]
+    cases.append(("no cap (inf): the plain ratio", (*_off_policy_cases()[0][1], math.inf)))
+    traps = (Trap("Ratios below 1 were raised: the cap bounds the weight from above only.",
+                  "Use ratio.clamp(max=cap); a token mu sampled more often than pi would keeps its small weight.",
+                  _gives(lambda lp, mu, m, cap: _loop_truncated_is(lp, mu, m, cap).clamp(min=1 / cap) * as_numbers(m))),
+             Trap("The ratio upside down: mu/pi, where the weight is pi/mu = exp(logp - behaviour_logp).",
+                  "The sampled tokens come from mu; the loss is for pi: weight = pi/mu.",
+                  _gives(lambda lp, mu, m, cap: _loop_truncated_is(mu, lp, m, cap))),
+             Trap("Masked instead of truncated: weights above the cap became 0 (that is masked IS).",
+                  "Truncate: min(ratio, cap) keeps the token at weight cap.",
+                  _gives(lambda lp, mu, m, cap: torch.where(_loop_truncated_is(lp, mu, m, math.inf) > cap, 0.0,
+                                                            _loop_truncated_is(lp, mu, m, math.inf)))),
+             _forgot_mask(_loop_truncated_is, 2))
+    run_cases("truncated_is_weights", student_fn, _loop_truncated_is, cases, traps=traps)
+
+
+def _loop_sequence_ratio(logp, behaviour_logp, mask, mean=False):
+    out = []
+    for a_row, b_row, m_row in zip(logp, behaviour_logp, mask.tolist()):
+        diffs = [float(a) - float(b) for a, b, m in zip(a_row, b_row, m_row) if m]
+        out.append(math.exp(sum(diffs) / (len(diffs) if mean else 1)))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def sequence_ratio(student_fn) -> None:
+    """Check sequence_ratio(logp, behaviour_logp, mask) -> (B,) pi(y|x) / mu(y|x) = exp(sum over the
+    row's tokens of logp - behaviour_logp): the importance weight of a whole completion."""
+    cases = _off_policy_cases()[:5] + [("one token", _off_policy_cases()[5][1])]
+    traps = (Trap("The geometric mean exp(mean log ratio): that is GSPO's length-normalized ratio, not pi(y)/mu(y).",
+                  "Sum the per-token log-ratios over the row, then exp.",
+                  _gives(lambda lp, mu, m: _loop_sequence_ratio(lp, mu, m, mean=True))),
+             Trap("The ratio upside down: mu(y)/pi(y).", "Sum logp - behaviour_logp, not the reverse.",
+                  _gives(lambda lp, mu, m: _loop_sequence_ratio(mu, lp, m))),
+             _forgot_mask(_loop_sequence_ratio, 2))
+    run_cases("sequence_ratio", student_fn, _loop_sequence_ratio, cases, traps=traps)

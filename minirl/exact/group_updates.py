@@ -99,11 +99,14 @@ class Moments:
 
     def against(self, exact: torch.Tensor) -> dict[str, float]:
         """scale c (E g projected on the exact gradient, over its squared norm), bias_share
-        |E g / c - exact| / |exact|, relative_variance Var g / (c |exact|)^2."""
+        |E g / c - exact| / |exact| (the tangent of the angle between them), cosine of that angle,
+        relative_variance Var g / (c |exact|)^2."""
         norm2 = float((exact * exact).sum())
         scale = float((self.mean * exact).sum()) / norm2
         bias = float((self.mean / scale - exact).norm()) / math.sqrt(norm2)
-        return {"scale": scale, "bias_share": bias, "relative_variance": self.variance / (scale * scale * norm2)}
+        cosine = scale * math.sqrt(norm2) / float(self.mean.norm())
+        return {"scale": scale, "bias_share": bias, "cosine": cosine,
+                "relative_variance": self.variance / (scale * scale * norm2)}
 
 
 def _token_weights(estimator: Estimator, log_rho: torch.Tensor, sign: int) -> torch.Tensor:

@@ -32,6 +32,7 @@ import torch
 
 from ..core import advantages as adv
 from ..core import corrections, validate
+from ..core.kl import kl_k3
 from ..core.losses import AGGREGATIONS, grpo_loss
 from ..core.ops import entropy_from_logits, masked_mean, token_logprobs
 from ..lm.model import GPT
@@ -176,8 +177,8 @@ def grpo_update(policy: GPT, opt: torch.optim.Optimizer, rollout: Rollout, rewar
         check_finite(loss, step)
         optimizer_step(opt, list(policy.parameters()), loss, config.max_grad_norm)
         if inner == 0:  # on a fresh batch the ratio is 1, so the loss is -mean advantage + beta * KL
-            sampler_ratio = masked_mean((logprobs.detach() - rollout.logprobs).exp(), mask).item()  # pi/mu: 1 if fresh
-            metrics.update(loss_first=loss.item(), kl=diag["kl"], sampler_ratio=sampler_ratio,
+            sampler_kl = masked_mean(kl_k3(rollout.logprobs, logprobs.detach()), mask).item()  # KL(mu || pi): 0 if fresh
+            metrics.update(loss_first=loss.item(), kl=diag["kl"], sampler_kl=sampler_kl,
                            entropy=masked_mean(entropy_from_logits(logits.detach()), mask).item())
     metrics.update(loss_last=loss.item(), clip_fraction=diag["clip_fraction"],
                    zero_adv_groups=zero_advantage_fraction(rewards, config.group_size))
