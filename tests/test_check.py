@@ -334,7 +334,7 @@ def test_all_names_the_public_api():
 
 
 def test_off_policy_checkers_pass_the_package_and_name_each_mistake(capsys):
-    """Lesson 12's two checkers: minirl.corrections' functions pass (through a student's wrapper),
+    """Lesson 12's two checkers: minirl.core.corrections' functions pass (through a student's wrapper),
     and each planted mistake is named."""
     from minirl.core import corrections, ops
 
@@ -347,7 +347,7 @@ def test_off_policy_checkers_pass_the_package_and_name_each_mistake(capsys):
     assert verdict(capsys, check.truncated_is_weights, tis).startswith("PASS truncated_is_weights: 13 cases")
     assert verdict(capsys, check.sequence_ratio, seq).startswith("PASS sequence_ratio: 6 cases")
     wrong = {
-        "Ratios below 1 were raised": lambda lp, mu, m, cap: tis(lp, mu, m, cap).clamp(min=1 / cap) * m,
+        "Clipped on both sides": lambda lp, mu, m, cap: tis(lp, mu, m, cap).clamp(min=1 / cap) * m,
         "upside down": lambda lp, mu, m, cap: tis(mu, lp, m, cap),
         "Masked instead of truncated": lambda lp, mu, m, cap: corrections.importance_weights(lp, mu, m, "token_mask", cap),
         "The mask is ignored": lambda lp, mu, m, cap: (lp - mu).exp().clamp(max=cap),

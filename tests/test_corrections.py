@@ -1,5 +1,6 @@
-"""Importance weights for off-policy tokens (minirl.corrections), GSPO's and CISPO's losses, and the
+"""Importance weights for off-policy tokens (minirl.core.corrections), GSPO's and CISPO's losses, and the
 GRPO trainer's stale rollouts and corrections."""
+import dataclasses
 import math
 
 import pytest
@@ -38,8 +39,8 @@ def by_hand(mode, cap):
 def test_importance_weights_by_hand(mode, cap):
     """Ratios below 1 pass untouched under every cap; sequence modes weigh every token of a row by
     the row's product of ratios (3 = 2 * 0.5 * 3), not by its own."""
-    w = corrections.importance_weights(LOG_PI, LOG_MU, MASK, mode, cap)
-    assert torch.allclose(w, by_hand(mode, cap), atol=1e-12) and not w.requires_grad
+    w = corrections.importance_weights(LOG_PI.clone().requires_grad_(True), LOG_MU, MASK, mode, cap)
+    assert torch.allclose(w, by_hand(mode, cap), atol=1e-12) and not w.requires_grad  # a weight, not a path
 
 
 def test_a_cap_below_one_is_refused_and_the_mode_named():
@@ -115,11 +116,16 @@ def test_corrections_agree_on_a_fresh_batch_and_differ_on_a_stale_one():
 
 
 def test_grpo_trains_on_stale_rollouts_with_a_correction():
-    config = GRPOConfig(steps=3, prompts_per_step=2, group_size=2, stale_steps=1, correction="token_mask",
-                        clip_eps_high=0.28)
+    """Batch 0 is fresh, batches 1 and 2 one update stale; the correction changes the loss only on
+    stale batches (the same seed samples the same first batches)."""
+    config = GRPOConfig(steps=3, prompts_per_step=2, group_size=4, stale_steps=1, correction="token_truncate",
+                        correction_cap=1.0, clip_eps_high=0.28)
     history = train_grpo(minirl.load_model("base"), tasks.arithmetic_task(), config)
+    plain = train_grpo(minirl.load_model("base"), tasks.arithmetic_task(), dataclasses.replace(config, correction="none"))
     assert history[0]["sampler_kl"] == pytest.approx(0.0, abs=1e-6)  # the first batch is fresh
-    assert history[2]["sampler_kl"] > 1e-6  # sampled one update ago
+    assert history[1]["sampler_kl"] > 1e-6 and history[2]["sampler_kl"] > 1e-6  # sampled one update ago
+    assert history[0]["loss_first"] == pytest.approx(plain[0]["loss_first"], abs=1e-6)
+    assert history[1]["loss_first"] != pytest.approx(plain[1]["loss_first"], abs=1e-6)  # capped at 1: weights < 1 bite
     with pytest.raises(ValueError, match="stale_steps"):
         GRPOConfig(steps=3, stale_steps=3)
     with pytest.raises(ValueError, match="correction"):

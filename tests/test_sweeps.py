@@ -280,5 +280,5 @@ def test_rerunning_one_stale_point_reproduces_its_row():
     rate = script.tuned_rates(script.read_rows("stale_tuning"))["stale-1-none"]
     recorded = next(r for r in script.read_rows("stale") if r["run"] == "stale-1-none" and r["seed"] == 2)
     row = script.run("stale-1-none", 2, rate)
-    assert row["pass1"] == pytest.approx(recorded["pass1"], abs=0.08)
+    assert row["pass1"] == pytest.approx(recorded["pass1"], abs=0.04)  # identical on the machine that wrote it
     assert row["sampler_kl"] > 0 and row["clip_fraction"] == 0.0

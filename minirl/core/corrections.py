@@ -11,11 +11,12 @@ use one of four bounded versions of it (the four modes of TRL's `vllm_importance
     sequence_truncate  w_t = min(prod_t rho_t, C)               one weight for every token of a row
     sequence_mask      w_t = prod_t rho_t if it is <= C else 0
 
-Only the full product prod_t rho_t = pi(y|x)/mu(y|x) makes a sequence's score unbiased; a per-token
-ratio ignores that mu also reached state s_t with another probability than pi (Yao et al., 2025,
-on truncated IS for the sampler-learner gap; Liu et al., 2025, on masking). The cap C >= 1 trades
-that bias for variance: a weight of 1 is what an on-policy token gets, so a cap below 1 would
-shrink tokens that need no correction at all, and is refused.
+Only the full product prod_t rho_t = pi(y|x)/mu(y|x) makes a completion's term R(y) grad log pi(y)
+unbiased; a per-token ratio corrects the choice of a_t alone, and ignores that mu also wrote the
+prefix before it and the continuation after it, which sets R (Yao et al., 2025, use truncated
+token weights for the sampler-learner gap). The cap C >= 1 trades that bias for variance: a weight
+of 1 is what an on-policy token gets, so a cap below 1 would shrink tokens that need no correction
+at all, and is refused.
 
 GSPO (Zheng et al., 2025) uses another sequence ratio, the geometric mean of the token ratios,
 exp(mean_t log rho_t): `geometric_sequence_ratio`. It is not an importance weight (its expectation
@@ -52,10 +53,10 @@ def importance_weights(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor,
     logprobs: log pi of the sampled tokens (the learner now); behaviour_logprobs: log mu (the
     policy or sampler that drew them). cap: C, at least 1 (inf: the plain ratio, unbounded)."""
     validate.choice("mode", mode, CORRECTIONS)
-    if isinstance(cap, (int, float)) and cap < 1:
-        raise ValueError(f"cap must be >= 1, got {cap}: an on-policy token's weight is 1, and a cap below 1 would "
+    cap = validate.number("cap", cap, 0.0, open_low=True, finite=False)
+    if cap < 1:
+        raise ValueError(f"cap must be >= 1, got {cap:g}: an on-policy token's weight is 1, and a cap below 1 would "
                          "shrink tokens that need no correction")
-    cap = validate.number("cap", cap, 1.0, finite=False)
     m = check_mask(logprobs, mask).bool()
     log_rho = log_ratios(logprobs, behaviour_logprobs, m).detach()  # (B, T)
     if mode.startswith("sequence"):

@@ -164,9 +164,9 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: 
     estimates the KL of the wrong policy. kl_ratio_weight=True multiplies k3 by the ratio
     pi_theta/pi_old (importance sampling; TRL's `use_bias_correction_kl`, on by default there);
     the paper, and our default, leave it out. At the first inner step the ratio is 1 and both agree.
-    is_weights: (B, T) constant weights on each token's policy term (not its KL), for tokens another
-    policy sampled (`minirl.corrections.importance_weights`; TRL multiplies its vLLM correction in
-    the same place). clip_eps_high: the upper clip 1 + eps_high (DAPO's clip-higher).
+    is_weights: (B, T) constant weights, finite and >= 0, on each token's policy term (not its KL),
+    for tokens another policy sampled (`minirl.core.corrections.importance_weights`; TRL multiplies
+    its vLLM correction in the same place). clip_eps_high: the upper clip 1 + eps_high (DAPO's clip-higher).
     Returns (loss, diagnostics): clip_fraction, kl (mean k3 per token), ratio_mean.
     """
     validate.number("beta", beta, 0.0)
@@ -174,6 +174,8 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: 
     m, logprobs, old_logprobs, ref_logprobs, advantages, weights = per_token_inputs(
         mask, logprobs=logprobs, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, advantages=advantages,
         is_weights=weights)
+    if not bool(((weights >= 0) & torch.isfinite(weights)).all()):
+        raise ValueError("is_weights must be finite and >= 0 on every real token (importance weights are ratios)")
     ratio = (logprobs - old_logprobs).exp()
     kl = kl_k3(logprobs, ref_logprobs)
     kl_term = kl * ratio if kl_ratio_weight else kl
@@ -198,8 +200,9 @@ def gspo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: to
     tokens and moves far less than a token ratio. advantages: (B,), one per completion. No KL term
     (the paper uses none). Returns (loss, diagnostics): clip_fraction (share of completions
     clipped), ratio_mean."""
-    if advantages.dim() != 1:
-        raise ValueError(f"GSPO takes one advantage per completion, (B,); got shape {tuple(advantages.shape)}")
+    if advantages.dim() != 1 or advantages.size(0) != logprobs.size(0):
+        raise ValueError(f"GSPO takes one advantage per completion, ({logprobs.size(0)},); got shape "
+                         f"{tuple(advantages.shape)}")
     m, logprobs, old_logprobs = per_token_inputs(mask, logprobs=logprobs, old_logprobs=old_logprobs)
     check_float("advantages", advantages)
     s = geometric_sequence_ratio(logprobs, old_logprobs, m)  # (B,)
@@ -219,9 +222,9 @@ def cispo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: t
     PPO's clip zeroes the gradient of a token whose ratio left the range, so a rare token that
     moved a lot stops learning; CISPO keeps every token's gradient and only bounds its weight. At
     ratio 1 (on-policy) the gradient equals the plain policy gradient under `aggregation`
-    ('token_mean', DAPO's, as in the paper). weight_cap: the paper's 1 + eps_max (TRL's
-    `epsilon_high` under loss_type='cispo'), at least 1. Returns (loss, diagnostics):
-    capped_fraction, ratio_mean."""
+    ('token_mean', DAPO's, as in the paper). weight_cap: the largest weight, at least 1 (the paper's
+    1 + eps_high; TRL's `epsilon_high` under loss_type='cispo' is the cap itself, 5.0 suggested there
+    after ScaleRL). Returns (loss, diagnostics): capped_fraction, ratio_mean."""
     validate.number("weight_cap", weight_cap, 1.0, finite=False)
     m, logprobs, old_logprobs, advantages = per_token_inputs(mask, logprobs=logprobs, old_logprobs=old_logprobs,
                                                              advantages=advantages)

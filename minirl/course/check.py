@@ -988,7 +988,7 @@ def truncated_is_weights(student_fn) -> None:
     token, 0 on padding: the weight of a token mu sampled, in a loss for pi."""
     cases = [(f"{label}, cap {cap:g}", (*args, cap)) for label, args in _off_policy_cases() for cap in (2.0, 1.0)]
     cases.append(("no cap (inf): the plain ratio", (*_off_policy_cases()[0][1], math.inf)))
-    traps = (Trap("Ratios below 1 were raised: the cap bounds the weight from above only.",
+    traps = (Trap("Clipped on both sides: ratios below 1/cap were raised to 1/cap. The cap bounds the weight from above only.",
                   "Use ratio.clamp(max=cap); a token mu sampled more often than pi would keeps its small weight.",
                   _gives(lambda lp, mu, m, cap: _loop_truncated_is(lp, mu, m, cap).clamp(min=1 / cap) * as_numbers(m))),
              Trap("The ratio upside down: mu/pi, where the weight is pi/mu = exp(logp - behaviour_logp).",
@@ -1013,7 +1013,7 @@ def _loop_sequence_ratio(logp, behaviour_logp, mask, mean=False):
 def sequence_ratio(student_fn) -> None:
     """Check sequence_ratio(logp, behaviour_logp, mask) -> (B,) pi(y|x) / mu(y|x) = exp(sum over the
     row's tokens of logp - behaviour_logp): the importance weight of a whole completion."""
-    cases = _off_policy_cases()[:5] + [("one token", _off_policy_cases()[5][1])]
+    cases = _off_policy_cases()
     traps = (Trap("The geometric mean exp(mean log ratio): that is GSPO's length-normalized ratio, not pi(y)/mu(y).",
                   "Sum the per-token log-ratios over the row, then exp.",
                   _gives(lambda lp, mu, m: _loop_sequence_ratio(lp, mu, m, mean=True))),

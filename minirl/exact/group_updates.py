@@ -57,7 +57,7 @@ class Estimator:
     ratio        how a token sampled by mu is weighted: 'none' (as if pi had sampled it), 'token'
                  rho_t = pi/mu, 'ppo_clip' the gradient of PPO's clipped rho_t A (0 where the clip
                  binds), 'sequence' the product of the rho_t, 'geometric' GSPO's clipped
-                 exp(mean log rho_t) with its built-in 1/|y|, or one of `minirl.corrections.CORRECTIONS`
+                 exp(mean log rho_t) with its built-in 1/|y|, or one of `minirl.core.corrections.CORRECTIONS`
     clip_eps, clip_eps_high   the clip range for 'ppo_clip' and 'geometric' (high: None for symmetric)
     cap          C of the truncated and masked corrections
     """
@@ -78,8 +78,9 @@ class Estimator:
         validate.number("cap", self.cap, 1.0, finite=False)
 
 
-# the family as each paper (or its reference code) sets it, on-policy; GSPO's and CISPO's ratios
-# matter only once the rollouts are stale
+# the family, on-policy; GSPO's and CISPO's ratios matter only once the rollouts are stale. Clip
+# ranges: PPO's 0.2, DAPO's 0.28 above, GSPO's paper's 3e-4 / 4e-4; CISPO's cap 5 is TRL's suggested
+# epsilon_high for its cispo loss (after ScaleRL)
 FAMILY = {
     "GRPO": Estimator("group_std", "sequence_mean", "ppo_clip"),
     "Dr. GRPO": Estimator("group_mean", "constant", "ppo_clip"),
@@ -102,6 +103,8 @@ class Moments:
         |E g / c - exact| / |exact| (the tangent of the angle between them), cosine of that angle,
         relative_variance Var g / (c |exact|)^2."""
         norm2 = float((exact * exact).sum())
+        if norm2 == 0 or float(self.mean.norm()) == 0:
+            raise ValueError("the exact gradient or the expected update is zero: there is no direction to compare")
         scale = float((self.mean * exact).sum()) / norm2
         bias = float((self.mean / scale - exact).norm()) / math.sqrt(norm2)
         cosine = scale * math.sqrt(norm2) / float(self.mean.norm())

@@ -10,11 +10,12 @@ One loop, fixed steps:
        Dr. GRPO), or r - mean of the others ('leave_one_out', RLOO); every token of a completion
        gets its completion's advantage
     4. `inner_steps` gradient steps on the same batch with minirl.losses.grpo_loss: the clipped
-       ratio against the policy that sampled the batch, plus beta * k3 KL to the frozen reference
+       ratio (against the policy that sampled the batch, by default), plus beta * k3 KL to the
+       frozen reference
 
-With `stale_steps` = k each batch is trained on k updates after it was sampled, as in an
-asynchronous pipeline whose sampler runs ahead of the learner; `correction` says what the loss
-does about it (`CORRECTIONS`).
+With `stale_steps` = k, batch j is sampled by the policy of update max(0, j - k) and trained on at
+update j, as in an asynchronous pipeline whose sampler runs ahead of the learner; `correction`
+says what the loss does about it (`CORRECTIONS`).
 
 The log-probs returned by the sampler are the old policy's (temperature 1), so no extra forward
 pass is needed for pi_old; the reference costs one forward pass without gradients per step. Both
@@ -76,12 +77,13 @@ class GRPOConfig:
                       Trainer's default)
     warmup_steps      the rate first rises linearly to lr over this many steps (`lr_factor`);
                       fewer than steps
-    stale_steps       k: each batch is trained on k updates after it was sampled (the first k by
-                      the starting policy, `stale_batches`); 0 is on-policy
+    stale_steps       k: batch j is sampled by the policy of update max(0, j - k) and trained on at
+                      update j (`stale_batches`; the first k + 1 batches by the starting policy);
+                      0 is on-policy
     correction        what the loss does about tokens the current policy did not sample:
                       'ppo_clip' (the paper's): the ratio against the sampler's log-probs, clipped;
                       'none': the ratio against the current policy (staleness ignored); or one of
-                      `minirl.corrections.CORRECTIONS`: the ratio against the current policy, each
+                      `minirl.core.corrections.CORRECTIONS`: the ratio against the current policy, each
                       token's policy term weighted by the bounded pi/mu (`old_logprobs_and_weights`)
     correction_cap    C of those weights, at least 1 (TRL's vllm_importance_sampling_clip_max: 3)
     seed              seeds the prompt draws and the sampler's generator
@@ -176,7 +178,7 @@ def grpo_update(policy: GPT, opt: torch.optim.Optimizer, rollout: Rollout, rewar
                                clip_eps_high=config.clip_eps_high, is_weights=weights)
         check_finite(loss, step)
         optimizer_step(opt, list(policy.parameters()), loss, config.max_grad_norm)
-        if inner == 0:  # on a fresh batch the ratio is 1, so the loss is -mean advantage + beta * KL
+        if inner == 0:  # the batch as the learner first sees it
             sampler_kl = masked_mean(kl_k3(rollout.logprobs, logprobs.detach()), mask).item()  # KL(mu || pi): 0 if fresh
             metrics.update(loss_first=loss.item(), kl=diag["kl"], sampler_kl=sampler_kl,
                            entropy=masked_mean(entropy_from_logits(logits.detach()), mask).item())
@@ -197,10 +199,11 @@ def lr_factor(step: int, config: GRPOConfig) -> float:
 
 
 def stale_batches(batches: Iterator[tuple[int, Rollout]], stale_steps: int) -> Iterator[tuple[int, Rollout]]:
-    """The batches of `batches` (a lazy sampler that samples when asked), each handed out
-    `stale_steps` updates after it was sampled: the first k are sampled up front by the starting
-    policy, then each step samples one more with the current policy and hands out the oldest.
-    Batch j is trained on at update j and was sampled by the policy of update max(0, j - k)."""
+    """The batches of `batches` (a lazy sampler that samples when asked), handed out so that batch
+    j, trained on at update j, was sampled by the policy of update max(0, j - k), k = stale_steps:
+    k are sampled up front, then each step samples one more with the current policy and hands out
+    the oldest (so the first k + 1 all come from the starting policy)."""
+    validate.integer("stale_steps", stale_steps, minimum=0)
     queue = deque(rollout for _, rollout in itertools.islice(batches, stale_steps))
     step = 0
     for _, rollout in batches:
@@ -215,7 +218,9 @@ def stale_batches(batches: Iterator[tuple[int, Rollout]], stale_steps: int) -> I
 def train_grpo(policy: GPT, task: Task, config: GRPOConfig, tokenizer=None, reward_fn: RewardFn | None = None,
                callback: Callable[[dict, GPT], None] | None = None) -> list[dict]:
     """Train `policy` in place on `task` (its prompts and gold metrics); returns one dict of metrics
-    per step. reward_fn: a TRL-style reward function to train on instead of the task's rewards.
+    per step (with stale_steps = k, a step's reward and gold metrics describe the batch it trained
+    on, sampled k updates earlier). reward_fn: a TRL-style reward function to train on instead of
+    the task's rewards.
     callback(metrics, policy): called after every step's update, as in `train_ppo`; what it adds to
     `metrics` lands in the history."""
     check_inputs(policy, task, config, GRPOConfig)
