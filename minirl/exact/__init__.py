@@ -8,7 +8,8 @@ gradient and optimum is a finite sum.
     micro_dpo     DPO and IPO against the closed-form RLHF optimum
     micro_gail    GAIL with a tabular discriminator
     group_updates  the GRPO family's expected update and its variance, on- and off-policy
+    entropy       how a policy-gradient step changes each state's entropy (a covariance)
 """
-from . import group_updates, imitation, irl, mdp, micro, micro_dpo, micro_gail
+from . import entropy, group_updates, imitation, irl, mdp, micro, micro_dpo, micro_gail
 
-__all__ = ["group_updates", "imitation", "irl", "mdp", "micro", "micro_dpo", "micro_gail"]
+__all__ = ["entropy", "group_updates", "imitation", "irl", "mdp", "micro", "micro_dpo", "micro_gail"]

@@ -1,0 +1,72 @@
+"""How a policy-gradient step changes each state's entropy, exactly on the micro world.
+
+For a softmax policy pi(.|s) = softmax(z_s) with entropy H(s) = -sum_a pi(a|s) log pi(a|s), a change
+dz of the logits moves the entropy by
+
+    dH(s) = -Cov_{a ~ pi(.|s)}( log pi(a|s), dz(s, a) ) + O(|dz|^2)
+
+(dH/dz_b = -pi_b (log pi_b + H)). An exact policy-gradient step on the tabular logits is
+dz = lr * grad J, and the policy-gradient theorem in tabular form gives grad J(s, a) =
+d(s) pi(a|s) A(s, a), d(s) the probability an episode visits s. So
+
+    dH(s) ~ -lr d(s) Cov( log pi(a|s), pi(a|s) A(s, a) ):
+
+entropy falls at a state where the actions the policy already favours have positive advantage,
+and rises where a disfavoured action does (Cui et al., 2025, derive this covariance for softmax
+policies). Here both sides are exact: the prediction from the covariance, the measurement from the
+entropies before and after one exact step.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..core import validate
+from ..core.ops import check_float
+from .imitation import state_visitation
+from .mdp import MicroMDP
+
+__all__ = ["state_entropy", "first_order_entropy_change", "advantages", "entropy_covariance",
+           "policy_gradient_entropy_change"]
+
+
+def state_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """H(pi(.|s)) for every row of a tabular policy's logits (n_states, n_actions) -> (n_states,)."""
+    check_float("logits", logits)
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def first_order_entropy_change(logits: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """-Cov_{a~pi(.|s)}(log pi(a|s), delta(s, a)) per state (n_states,): the change of each state's
+    entropy when the logits move by delta (n_states, n_actions), to first order in delta."""
+    check_float("delta", delta)
+    if delta.shape != logits.shape:
+        raise ValueError(f"delta shape {tuple(delta.shape)} does not match logits shape {tuple(logits.shape)}")
+    logp = torch.log_softmax(logits, dim=-1)
+    pi = logp.exp()
+    mean_logp, mean_delta = (pi * logp).sum(-1, keepdim=True), (pi * delta).sum(-1, keepdim=True)
+    return -(pi * (logp - mean_logp) * (delta - mean_delta)).sum(-1)
+
+
+def advantages(mdp: MicroMDP, logits: torch.Tensor) -> torch.Tensor:
+    """A(s, a) = Q(s, a) - V(s) of the policy, exactly (n_states, n_actions)."""
+    return mdp.q_values(logits) - mdp.values(logits)[:, None]
+
+
+def entropy_covariance(mdp: MicroMDP, logits: torch.Tensor) -> torch.Tensor:
+    """Cov_{a~pi(.|s)}(log pi(a|s), pi(a|s) A(s, a)) per state (n_states,): the entropy of state s
+    changes by about -lr d(s) times this under an exact policy-gradient step of size lr."""
+    mdp.check_logits(logits)
+    pi = torch.softmax(logits.detach().double(), dim=-1)
+    return -first_order_entropy_change(logits.detach().double(), pi * advantages(mdp, logits))
+
+
+def policy_gradient_entropy_change(mdp: MicroMDP, logits: torch.Tensor, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(predicted, measured) change of each state's entropy (n_states,) under one exact policy-gradient
+    step logits + lr * grad J: predicted -lr d(s) Cov(log pi, pi A), measured H(after) - H(before)."""
+    validate.number("lr", lr, 0.0, open_low=True)
+    mdp.check_logits(logits)
+    theta = logits.detach().double()
+    predicted = -lr * state_visitation(mdp, theta) * entropy_covariance(mdp, theta)
+    measured = state_entropy(theta + lr * mdp.exact_gradient(theta)) - state_entropy(theta)
+    return predicted, measured
