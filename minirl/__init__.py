@@ -21,7 +21,8 @@ list (tests/test_layout.py checks it):
   world       the tiny world
                 grammar, rewards, datasets, generate, tasks, evaluate
   exact       the micro world, solved exactly
-                micro, mdp, imitation, irl, micro_dpo, micro_gail, group_updates, entropy
+                micro, mdp, imitation, irl, micro_dpo, micro_gail, group_updates, entropy,
+                reward_design, distillation
   train       the trainers and lesson 08's measurements
                 training, pg, ppo, grpo, sft, reward_model, dpo, best_of_n, raft, gail, rlhf,
                 overoptimization; commands pretrain, reward_models, sft_model

@@ -1,22 +1,25 @@
 """The course in JupyterLab, in a real browser: Playwright drives Debian's Chromium against
 JupyterLab started from the course's own environment on 127.0.0.1, in a temporary copy of the
-lessons, and stopped by its process id at the end.
+lessons holding the exercise versions students open (`make course`: solutions stubbed, no
+outputs), and stopped by its process id at the end.
 
 - Every lesson, freshly opened, is not marked modified (the tab has no unsaved-changes dot).
 - Every lesson with a slider, as a student uses it: its first cell and each slider cell run with
   no error output (the slider cells need only the first cell) and each slider, moved, redraws its
   plot (the pixels differ); then Run All (the Run menu's command) runs every cell with no error
-  output, and each slider, moved again, still redraws with no traceback, whatever the later cells
-  bound; the saved file holds no widget but the sliders, and after a page reload with the kernel
-  still running, and after reopening the lesson once the kernel is gone, every slider shows and
-  no widget error does.
+  output (an unfinished exercise prints its checker's FAIL and breaks no later cell), and each
+  slider, moved again, still redraws with no traceback, whatever the later cells bound; the saved
+  file holds no widget but the sliders, and after a page reload with the kernel still running,
+  and after reopening the lesson once the kernel is gone, every slider shows and no widget error
+  does.
 
 Every wait is for a state (a cell's execution count, no cell queued, the kernel idle, an image
 replaced or an error shown), never a fixed time, so a slow machine only makes it slower; a plot's
 picture is retaken until the image was not replaced while it was taken (the output widget may swap
 it after the kernel reports idle). The one timed window, 3 s in which a freshly opened lesson must
 stay unmodified, can only let a late mark through, never fail a good lesson. The kernels run at one
-thread, as the lessons are stored and checked.
+thread, as the lessons are stored and checked. Under pytest-xdist (`make browser`: two workers)
+each worker starts its own JupyterLab and Chromium.
 """
 import io
 import json
@@ -34,10 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.image
+import nbformat
 import numpy as np
 import pytest
 
 from browser import browser  # noqa: F401  (the fixture)
+from minirl.course import commands
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is missing: make install")
 expect, PlaywrightError = sync_api.expect, sync_api.Error
@@ -59,6 +64,7 @@ def slider_cells(name: str) -> list[int]:
 
 
 WIDGET_LESSONS = [n for n in NOTEBOOKS if slider_cells(n)]
+PLAIN_LESSONS = [n for n in NOTEBOOKS if n not in WIDGET_LESSONS]
 
 
 @dataclass
@@ -100,6 +106,9 @@ def lab_settings(folder: Path) -> None:
 def lab(tmp_path_factory, browser):  # noqa: F811  (after the browser fixture, so no browser means no server)
     root = tmp_path_factory.mktemp("lab")
     shutil.copytree(LESSONS, root / "lessons", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    for name in NOTEBOOKS:  # the exercise versions, as `make course` writes them (same cells, solutions stubbed)
+        path = root / "lessons" / name
+        nbformat.write(commands.student_version(nbformat.read(path, as_version=4)), path)
     lab_settings(root / "settings")
     port, token = free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(root / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"))
@@ -274,7 +283,7 @@ def move_every_slider(page, notebook_cells, name: str, when: str) -> None:
             move_and_check_redraw(page, cell, sliders.nth(k), f"{name} cell {i} {when}")
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.parametrize("name", PLAIN_LESSONS)
 def test_a_freshly_opened_lesson_is_not_marked_modified(page, lab, name):
     open_lesson(page, lab, name)
     stays_unmodified(page)
@@ -283,6 +292,7 @@ def test_a_freshly_opened_lesson_is_not_marked_modified(page, lab, name):
 @pytest.mark.parametrize("name", WIDGET_LESSONS)
 def test_sliders_redraw_before_and_after_run_all_and_survive_save_and_reload(page, lab, name):
     notebook_cells = open_lesson(page, lab, name)
+    stays_unmodified(page)  # freshly opened, as every lesson
     ran = code_cells(name)[:1] + slider_cells(name)  # the slider cells need only the first cell
     for count, i in enumerate(ran, start=1):
         run_cell(page, notebook_cells.nth(i), count)

@@ -1,4 +1,5 @@
 """Course tooling: student versions stub every solution; with outputs kept, they expect every checker's FAIL."""
+import ast
 import os
 import subprocess
 import sys
@@ -52,7 +53,7 @@ def test_every_lesson_has_solutions_to_strip():
 
 @pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
 def test_student_versions_with_outputs_expect_every_checker_to_fail(path):
-    """`make lessons-other-cpu` runs these copies under nbval: each must expect exactly one FAIL line
+    """`make lessons-student` runs these copies under nbval: each must expect exactly one FAIL line
     per stubbed exercise, no PASS, and every other output as stored."""
     solved = nbformat.read(path, as_version=4)
     student = commands.student_version(nbformat.read(path, as_version=4), with_outputs=True)
@@ -69,6 +70,35 @@ def test_student_versions_with_outputs_expect_every_checker_to_fail(path):
     assert "PASS" not in text and commands.BEGIN not in stubs
     handed_out = commands.student_version(nbformat.read(path, as_version=4))  # what `make student` writes
     assert not any(c.outputs for c in handed_out.cells if c.cell_type == "code")
+
+
+def exercise_names(source: str) -> set[str]:
+    """The top-level names an exercise cell defines (functions, classes, assignments)."""
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def names_read(source: str) -> set[str]:
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
+
+
+@pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
+def test_no_other_cell_reads_what_an_exercise_defines(path):
+    """An unfinished exercise (its body stubbed in the exercise version) breaks no other cell: no
+    cell but the exercise's own reads a name an exercise cell defines. `make browser` runs the
+    slider lessons' exercise versions in full; this covers every lesson without running one."""
+    cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    defined = set().union(*(exercise_names(c.source) for c in cells if commands.BEGIN in c.source))
+    assert defined
+    for cell in cells:
+        if commands.BEGIN not in cell.source:
+            assert not names_read(cell.source) & defined, f"{path.name}: a cell reads an exercise's {names_read(cell.source) & defined}"
 
 
 RIGHT = '''def pass_at_k(n, c, k):

@@ -88,7 +88,7 @@ def advantages_of(est, r, group_size):
     return centred if est.advantage == "group_mean" else centred / (centred.std(-1, keepdim=True) + 1e-4)
 
 
-def brute_force(mdp, logits, behaviour, est):
+def brute_force(mdp, logits, behaviour, est, reward_of=micro.total_reward):
     """Mean and variance of the update over every ordered batch of groups of 2, weighted by mu's
     probabilities: each completion's weighted score f (for either sign of its advantage) from
     token_weights, each batch's coefficients from the definitions, all batches at once."""
@@ -107,7 +107,7 @@ def brute_force(mdp, logits, behaviour, est):
                 f[k, j, i] = score.flatten()
     idx = torch.tensor(list(itertools.product(range(n), repeat=4)))  # (N, 4): x, x, y, y
     prompt = torch.tensor([0, 0, 1, 1]).expand_as(idx)
-    reward = torch.tensor([[micro.total_reward(p, c) for c in mdp.completions] for p in mdp.prompts],
+    reward = torch.tensor([[reward_of(p, c) for c in mdp.completions] for p in mdp.prompts],
                           dtype=torch.float64)[prompt, idx]
     length = torch.tensor([len(c) for c in mdp.completions], dtype=torch.float64)[idx]
     prob = torch.stack([mdp.completion_probs(log_mu, p) for p in mdp.prompts])[prompt, idx].prod(1)

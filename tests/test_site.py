@@ -22,7 +22,7 @@ from browser import browser  # noqa: F401
 
 from minirl.course import commands, site as course_site
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("site")]  # one worker builds and reads the site
 
 LESSONS = course_site.lesson_paths()
 PAGES = [course_site.page_name(lesson) for lesson in LESSONS]

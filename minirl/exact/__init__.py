@@ -9,7 +9,10 @@ gradient and optimum is a finite sum.
     micro_gail    GAIL with a tabular discriminator
     group_updates  the GRPO family's expected update and its variance, on- and off-policy
     entropy       how a policy-gradient step changes each state's entropy (a covariance)
+    reward_design  a format bonus, two rewards combined, a random reward, under group normalization
+    distillation  on-policy distillation, SFT on a teacher's samples and RL: expected updates and noise
 """
-from . import entropy, group_updates, imitation, irl, mdp, micro, micro_dpo, micro_gail
+from . import distillation, entropy, group_updates, imitation, irl, mdp, micro, micro_dpo, micro_gail, reward_design
 
-__all__ = ["entropy", "group_updates", "imitation", "irl", "mdp", "micro", "micro_dpo", "micro_gail"]
+__all__ = ["distillation", "entropy", "group_updates", "imitation", "irl", "mdp", "micro", "micro_dpo", "micro_gail",
+           "reward_design"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -158,9 +159,10 @@ def completion_scores(mdp: MicroMDP, logits: torch.Tensor, behaviour: torch.Tens
     return out
 
 
-def _types(mdp: MicroMDP, prompt: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _types(mdp: MicroMDP, prompt: str, reward: Callable[[str, tuple[str, ...]], float]
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Each completion's type index (n_completions,), and each type's reward and length (V,)."""
-    keys = [(round(micro.total_reward(prompt, c), 9), len(c)) for c in mdp.completions]
+    keys = [(round(float(reward(prompt, c)), 9), len(c)) for c in mdp.completions]
     distinct = sorted(set(keys))
     index = torch.tensor([distinct.index(k) for k in keys])
     reward = torch.tensor([r for r, _ in distinct], dtype=torch.float64)
@@ -218,9 +220,12 @@ def _summaries(sets: torch.Tensor, prob: torch.Tensor, reward: torch.Tensor, len
 
 
 def moments(mdp: MicroMDP, logits: torch.Tensor, estimator: Estimator, group_size: int,
-            behaviour: torch.Tensor | None = None) -> Moments:
+            behaviour: torch.Tensor | None = None,
+            reward: Callable[[str, tuple[str, ...]], float] = micro.total_reward) -> Moments:
     """E[g] and Var g of `estimator`'s update from one group of `group_size` completions of each
-    prompt, sampled from `behaviour` (default: the policy `logits` itself), exactly."""
+    prompt, sampled from `behaviour` (default: the policy `logits` itself), exactly. reward(prompt,
+    completion): the scalar the group normalizes, the world's return by default (lesson 13 adds a
+    format bonus)."""
     mdp.check_logits(logits)
     behaviour = logits if behaviour is None else behaviour
     mdp.check_logits(behaviour)
@@ -230,21 +235,21 @@ def moments(mdp: MicroMDP, logits: torch.Tensor, estimator: Estimator, group_siz
     mu = torch.softmax(behaviour.detach().double(), dim=-1)
     parts = {}
     for p in mdp.prompts:
-        index, reward, length = _types(mdp, p)
+        index, rewards, length = _types(mdp, p, reward)
         probs = mdp.completion_probs(torch.log(mu), p)  # mu's probability of each completion
         f = completion_scores(mdp, logits, behaviour, p, estimator)  # (2, n, D)
-        q = torch.zeros(reward.numel(), dtype=torch.float64).index_add_(0, index, probs)
+        q = torch.zeros(rewards.numel(), dtype=torch.float64).index_add_(0, index, probs)
         mean_f = torch.zeros(2, q.numel(), f.size(-1), dtype=torch.float64).index_add_(1, index, probs[:, None] * f) / q[:, None]
         second = torch.zeros(2, q.numel(), dtype=torch.float64).index_add_(1, index, probs * (f * f).sum(-1)) / q
         var_f = second - (mean_f * mean_f).sum(-1)  # (2, V)
         sets, set_prob = _multisets(q, group_size)
-        parts[p] = (reward, length, mean_f, var_f, sets, set_prob)
+        parts[p] = (rewards, length, mean_f, var_f, sets, set_prob)
     total_mean, total_second = 0.0, 0.0
     for p, other in zip(mdp.prompts, reversed(mdp.prompts)):
-        reward, length, mean_f, var_f, sets, set_prob = parts[p]
+        rewards, length, mean_f, var_f, sets, set_prob = parts[p]
         o_ss, o_len, o_prob = _summaries(*parts[other][4:6], *parts[other][:2], estimator)
-        a = _per_completion(estimator, reward[sets], length[sets])  # (n, G)
-        k = _batch_factor(estimator, reward[sets], length[sets], o_ss, o_len, mdp.horizon)  # (n, Z)
+        a = _per_completion(estimator, rewards[sets], length[sets])  # (n, G)
+        k = _batch_factor(estimator, rewards[sets], length[sets], o_ss, o_len, mdp.horizon)  # (n, Z)
         k1, k2 = k @ o_prob, (k * k) @ o_prob  # E_z k and E_z k^2, (n,)
         sign = (a < 0).long()  # 0: the positive-advantage score, 1: the negative one (k > 0)
         u = (a[..., None] * mean_f[sign, sets]).sum(1)  # (n, D): sum_i a_i E f_i
