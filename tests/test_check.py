@@ -358,3 +358,38 @@ def test_off_policy_checkers_pass_the_package_and_name_each_mistake(capsys):
     assert "GSPO's length-normalized ratio" in geometric
     assert "upside down" in verdict(capsys, check.sequence_ratio, lambda lp, mu, m: seq(mu, lp, m))
     assert "mask is ignored" in verdict(capsys, check.sequence_ratio, lambda lp, mu, m: ops.masked_sum(lp - mu, torch.ones_like(m), 1).exp())
+
+
+def test_lesson_13_checkers_pass_the_package_and_name_each_mistake(capsys):
+    """The package's first_order_entropy_change and reward_design.normalize_then_sum pass (through a
+    student's wrapper); each planted mistake, written independently of the checker's loops, is named."""
+    from minirl.exact import entropy, reward_design
+
+    def dh(z, d):
+        return entropy.first_order_entropy_change(z, d)
+
+    def nts(r, w):
+        return reward_design.normalize_then_sum(r, w)
+
+    assert verdict(capsys, check.first_order_entropy_change, dh).startswith("PASS first_order_entropy_change: 4 cases")
+    assert verdict(capsys, check.normalize_then_sum, nts).startswith("PASS normalize_then_sum: 4 cases")
+
+    def uncentred(z, d):
+        p = torch.softmax(z, -1)
+        return -(p * torch.log_softmax(z, -1) * d).sum(-1)
+
+    def uniform(z, d):
+        lp = torch.log_softmax(z, -1)
+        return -((lp - lp.mean(-1, keepdim=True)) * (d - d.mean(-1, keepdim=True))).mean(-1)
+
+    for mistake, fn in {"The sign": lambda z, d: -dh(z, d), "Not a covariance": uncentred,
+                        "uniformly": uniform}.items():
+        assert mistake in verdict(capsys, check.first_order_entropy_change, fn), mistake
+
+    def population(r, w):
+        return (((r - r.mean(0)) / (r.std(0, unbiased=False) + 1e-4)) * w).sum(-1)
+
+    for mistake, fn in {"Summed first": lambda r, w: reward_design.sum_then_normalize(r, w),
+                        "population std": population,
+                        "NaN or inf": lambda r, w: (((r - r.mean(0)) / r.std(0)) * w).sum(-1)}.items():
+        assert mistake in verdict(capsys, check.normalize_then_sum, fn), mistake

@@ -55,3 +55,41 @@ def test_bad_input_is_refused():
         entropy.first_order_entropy_change(policy(mdp, 0), torch.zeros(3, 4, dtype=torch.float64))
     with pytest.raises(ValueError, match="lr must be"):
         entropy.policy_gradient_entropy_change(mdp, policy(mdp, 0), 0.0)
+
+
+def test_one_clipped_step_at_the_old_policy_is_a_policy_gradient_step():
+    """At rho = 1 the clip is inactive: one inner step is theta + lr grad J, grad J by enumeration."""
+    mdp = MicroMDP()
+    for seed in range(2):
+        logits = policy(mdp, seed)
+        step = entropy.clipped_policy_iteration(mdp, logits, inner_steps=1, lr=0.5)
+        assert torch.allclose(step, logits + 0.5 * mdp.exact_gradient(logits), atol=1e-12)
+
+
+def test_without_a_clip_the_inner_steps_ascend_the_plain_surrogate():
+    """eps = 1 below (rho > 0 never reaches 0) and inf above: the clipped objective is the surrogate
+    sum_s d_old(s) sum_a pi_theta(a|s) A_old(s, a), ascended here by a plain loop; a clip that binds
+    gives another answer, and clip-higher a third."""
+    mdp = MicroMDP()
+    logits = policy(mdp, 3)
+    d, a = state_visitation(mdp, logits), entropy.advantages(mdp, logits)
+    theta = logits.clone()
+    for _ in range(20):
+        x = theta.clone().requires_grad_(True)
+        surrogate = sum(d[s] * torch.softmax(x[s], -1)[b] * a[s, b] for s in range(a.size(0)) for b in range(a.size(1)))
+        theta = theta + 0.5 * torch.autograd.grad(surrogate, x)[0]
+    unclipped = entropy.clipped_policy_iteration(mdp, logits, 1.0, float("inf"), inner_steps=20, lr=0.5)
+    assert torch.allclose(unclipped, theta, atol=1e-12)
+    symmetric = entropy.clipped_policy_iteration(mdp, logits, 0.2, None, inner_steps=20, lr=0.5)
+    higher = entropy.clipped_policy_iteration(mdp, logits, 0.2, 0.28, inner_steps=20, lr=0.5)
+    assert float((symmetric - unclipped).abs().max()) > 1e-2 and float((higher - symmetric).abs().max()) > 1e-3
+
+
+def test_completion_entropy_of_the_uniform_policy():
+    """Uniform over 4 actions: each completion of length n has probability 4^-n; the entropy is a finite sum by hand."""
+    import math
+    from minirl.exact import micro
+    mdp = MicroMDP()
+    probs = [0.25 ** len(c) for c in micro.completions()]
+    want = -sum(p * math.log(p) for p in probs)
+    assert float(entropy.completion_entropy(mdp, torch.zeros(mdp.shape, dtype=torch.float64))) == pytest.approx(want, abs=1e-12)

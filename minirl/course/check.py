@@ -35,6 +35,7 @@ __all__ = [
     "group_advantages", "kl_k3", "bradley_terry_loss", "elo_update", "accuracy_ceiling", "sft_loss", "select_best",
     "best_of_n_kl_bound", "dpo_loss", "sequence_logprob", "soft_value_iteration", "gail_discriminator_loss",
     "importance_weights", "positions_from_mask", "zero_model_states", "truncated_is_weights", "sequence_ratio",
+    "first_order_entropy_change", "normalize_then_sum",
 ]
 
 TOLERANCE = 1e-6
@@ -1021,3 +1022,76 @@ def sequence_ratio(student_fn) -> None:
                   _gives(lambda lp, mu, m: _loop_sequence_ratio(mu, lp, m))),
              _forgot_mask(_loop_sequence_ratio, 2))
     run_cases("sequence_ratio", student_fn, _loop_sequence_ratio, cases, traps=traps)
+
+
+def _loop_entropy_change(logits, delta, centred=True, weighted=True):
+    out = []
+    for z_row, d_row in zip(logits.tolist(), delta.tolist()):
+        top = max(z_row)
+        log_z = top + math.log(sum(math.exp(z - top) for z in z_row))
+        logp = [z - log_z for z in z_row]
+        p = [math.exp(lp) if weighted else 1 / len(z_row) for lp in logp]
+        mean_logp = sum(pi * lp for pi, lp in zip(p, logp)) if centred else 0.0
+        mean_d = sum(pi * d for pi, d in zip(p, d_row)) if centred else 0.0
+        out.append(-sum(pi * (lp - mean_logp) * (d - mean_d) for pi, lp, d in zip(p, logp, d_row)))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def first_order_entropy_change(student_fn) -> None:
+    """Check first_order_entropy_change(logits, delta) -> (S,) -Cov_{a~pi(.|s)}(log pi(a|s), delta(s, a)):
+    each row's entropy change when its logits move by delta, to first order."""
+    g = torch.Generator().manual_seed(0)
+    cases = [("random logits and step, 5 states x 4 actions",
+              (torch.randn(5, 4, generator=g, dtype=torch.float64), torch.randn(5, 4, generator=g, dtype=torch.float64))),
+             ("a peaked row and a flat row", (torch.tensor([[4.0, 0, 0], [0, 0, 0]], dtype=torch.float64),
+                                             torch.tensor([[1.0, 0, 0], [1.0, 0, 0]], dtype=torch.float64))),
+             ("a step along the logits themselves (sharpening: entropy falls)",
+              (torch.tensor([[1.0, 0.5, -1.0]], dtype=torch.float64), torch.tensor([[1.0, 0.5, -1.0]], dtype=torch.float64))),
+             ("a constant step (softmax ignores it: no change)",
+              (torch.randn(3, 4, generator=g, dtype=torch.float64), torch.full((3, 4), 2.0, dtype=torch.float64)))]
+    traps = (Trap("The sign: you returned +Cov(log pi, delta). Raising the logit of a likely action lowers the entropy.",
+                  "dH = -Cov_pi(log pi, delta).", _gives(lambda z, d: -_loop_entropy_change(z, d))),
+             Trap("Not a covariance: -E_pi[log pi * delta], with neither side centred (a constant step would change H).",
+                  "Centre one side at least: -E_pi[(log pi - E_pi log pi)(delta - E_pi delta)].",
+                  _gives(lambda z, d: _loop_entropy_change(z, d, centred=False))),
+             Trap("Averaged over actions uniformly: the covariance is under pi(.|s), not over the vocabulary.",
+                  "Weight each action by pi(a|s).", _gives(lambda z, d: _loop_entropy_change(z, d, weighted=False))))
+    run_cases("first_order_entropy_change", student_fn, _loop_entropy_change, cases, traps=traps)
+
+
+def _loop_normalize_then_sum(rewards, weights, ddof=1, first=False):
+    rows = rewards.tolist()
+    w = [float(x) for x in weights]
+    if first:
+        columns = [[sum(wk * r for wk, r in zip(w, row)) for row in rows]]
+        w = [1.0]
+    else:
+        columns = [[row[k] for row in rows] for k in range(len(w))]
+    out = [0.0] * len(rows)
+    for wk, col in zip(w, columns):
+        mean = sum(col) / len(col)
+        std = math.sqrt(sum((c - mean) ** 2 for c in col) / (len(col) - ddof))
+        for i, c in enumerate(col):
+            out[i] += wk * (c - mean) / (std + 1e-4)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def normalize_then_sum(student_fn) -> None:
+    """Check normalize_then_sum(rewards, weights) -> (G,): each of the K reward columns of one group
+    (G, K) normalized in the group, (r - mean) / (sample std + 1e-4), then summed with the weights (K,)."""
+    g = torch.Generator().manual_seed(0)
+    cases = [("correct and formatted, 4 answers", (torch.tensor([[1.0, 0], [1, 1], [0, 1], [0, 1]], dtype=torch.float64),
+                                                   torch.tensor([1.0, 1.0], dtype=torch.float64))),
+             ("unequal weights", (torch.tensor([[1.0, 0], [1, 1], [0, 1], [0, 0]], dtype=torch.float64),
+                                  torch.tensor([1.0, 0.3], dtype=torch.float64))),
+             ("a column equal across the group (its part is 0)", (torch.tensor([[1.0, 1], [0, 1], [0, 1]], dtype=torch.float64),
+                                                                   torch.tensor([1.0, 1.0], dtype=torch.float64))),
+             ("three real-valued rewards, 8 answers", (torch.randn(8, 3, generator=g, dtype=torch.float64),
+                                                       torch.tensor([1.0, 0.5, 2.0], dtype=torch.float64)))]
+    traps = (Trap("Summed first, then normalized: that is the other recipe (sum then normalize).",
+                  "Normalize each column in the group, then take the weighted sum.",
+                  _gives(lambda r, w: _loop_normalize_then_sum(r, w, first=True))),
+             Trap("The population std (divides by G), not the sample std (G - 1).",
+                  "Use .std() (unbiased, torch's default).", _gives(lambda r, w: _loop_normalize_then_sum(r, w, ddof=0))),
+             Trap("NaN or inf: a column equal across the group has std 0.", "Add 1e-4 to the std before dividing.", _not_finite))
+    run_cases("normalize_then_sum", student_fn, _loop_normalize_then_sum, cases, traps=traps)

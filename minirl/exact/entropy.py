@@ -21,12 +21,13 @@ from __future__ import annotations
 import torch
 
 from ..core import validate
+from ..core.losses import clipped_objective
 from ..core.ops import check_float
 from .imitation import state_visitation
 from .mdp import MicroMDP
 
 __all__ = ["state_entropy", "first_order_entropy_change", "advantages", "entropy_covariance",
-           "policy_gradient_entropy_change"]
+           "policy_gradient_entropy_change", "completion_entropy", "clipped_policy_iteration"]
 
 
 def state_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -70,3 +71,35 @@ def policy_gradient_entropy_change(mdp: MicroMDP, logits: torch.Tensor, lr: floa
     predicted = -lr * state_visitation(mdp, theta) * entropy_covariance(mdp, theta)
     measured = state_entropy(theta + lr * mdp.exact_gradient(theta)) - state_entropy(theta)
     return predicted, measured
+
+
+def completion_entropy(mdp: MicroMDP, logits: torch.Tensor) -> torch.Tensor:
+    """The entropy of whole completions, mean over prompts (nats)."""
+    mdp.check_logits(logits)
+    per_prompt = [mdp.completion_probs(logits, p) for p in mdp.prompts]
+    return torch.stack([-(q * q.log()).sum() for q in per_prompt]).mean()
+
+
+def clipped_policy_iteration(mdp: MicroMDP, logits: torch.Tensor, clip_eps: float = 0.2,
+                             clip_eps_high: float | None = None, inner_steps: int = 8, lr: float = 1.0) -> torch.Tensor:
+    """One round of PPO's clipped objective in expectation, with the old policy's exact advantages:
+    `inner_steps` gradient-ascent steps of size lr on
+
+        L(theta) = sum_s d_old(s) sum_a pi_old(a|s) min(rho A_old, clip(rho, 1 - eps, 1 + eps_high) A_old),
+
+    rho = pi_theta(a|s) / pi_old(a|s) (`minirl.core.losses.clipped_objective`). No sampling: every
+    state and action enters with its probability, so the clip acts as a trust region only. Returns
+    the new logits (n_states, n_actions). At theta = theta_old the gradient of L is grad J."""
+    mdp.check_logits(logits)
+    validate.integer("inner_steps", inner_steps)
+    validate.number("lr", lr, 0.0, open_low=True)
+    old = logits.detach().double()
+    d, a, pi_old = state_visitation(mdp, old), advantages(mdp, old), torch.softmax(old, -1)
+    theta = old.clone()
+    for _ in range(inner_steps):
+        theta.requires_grad_(True)
+        rho = torch.softmax(theta, -1) / pi_old
+        objective = (d[:, None] * pi_old * clipped_objective(rho, a, clip_eps, clip_eps_high)).sum()
+        grad, = torch.autograd.grad(objective, theta)
+        theta = (theta + lr * grad).detach()
+    return theta
