@@ -18,8 +18,8 @@ replaced or an error shown), never a fixed time, so a slow machine only makes it
 picture is retaken until the image was not replaced while it was taken (the output widget may swap
 it after the kernel reports idle). The one timed window, 3 s in which a freshly opened lesson must
 stay unmodified, can only let a late mark through, never fail a good lesson. The kernels run at one
-thread, as the lessons are stored and checked. Under pytest-xdist (`make browser`: two workers)
-each worker starts its own JupyterLab and Chromium.
+thread, as the lessons are stored and checked. Under pytest-xdist each worker starts its own
+JupyterLab and Chromium; `make browser` runs one worker (see the Makefile).
 """
 import io
 import json

@@ -29,6 +29,7 @@ from ..core import validate
 from ..core.advantages import group_normalize
 from ..core.losses import grpo_loss
 from . import micro
+from .group_updates import _multisets
 from .mdp import MicroMDP
 
 __all__ = ["correct", "formatted", "with_bonus", "sum_then_normalize", "normalize_then_sum", "COMBINATIONS",
@@ -98,10 +99,7 @@ def misranking_probability(mdp: MicroMDP, logits: torch.Tensor, group_size: int,
         q = torch.zeros(len(types), dtype=torch.float64)
         for c, prob in zip(mdp.completions, probs):
             q[2 * int(correct(p, c)) + int(formatted(p, c))] += prob
-        sets = torch.tensor(list(itertools.combinations_with_replacement(range(len(types)), group_size)))
-        counts = torch.zeros(sets.size(0), len(types), dtype=torch.float64).scatter_add_(
-            1, sets, torch.ones_like(sets, dtype=torch.float64))
-        prob = (math.lgamma(group_size + 1) - torch.lgamma(counts + 1).sum(1) + (counts * q.log()).sum(1)).exp()
+        sets, prob = _multisets(q, group_size)
         r = types[sets]  # (n, G, 2)
         a = combine(r, w)  # (n, G)
         right = r[..., 0] == 1
@@ -152,11 +150,8 @@ def random_reward_drift(mdp: MicroMDP, logits: torch.Tensor, prompt: str, group_
         raise ValueError(f"unknown prompt {prompt!r}; the micro world's prompts are {mdp.prompts}")
     theta0 = logits.detach().double()
     old, mask = _completion_log_probs(mdp, theta0, prompt)  # (n, K)
-    n = old.size(0)
-    sets = torch.tensor(list(itertools.combinations_with_replacement(range(n), group_size)))  # (S, G)
-    counts = torch.zeros(sets.size(0), n, dtype=torch.float64).scatter_add_(1, sets, torch.ones_like(sets, dtype=torch.float64))
     seq_logp = old.sum(-1)
-    set_prob = (math.lgamma(group_size + 1) - torch.lgamma(counts + 1).sum(1) + counts @ seq_logp).exp()
+    sets, set_prob = _multisets(seq_logp.exp(), group_size)  # (S, G), (S,)
     coins = torch.tensor(list(itertools.product((0.0, 1.0), repeat=group_size)), dtype=torch.float64)  # (C, G)
     items = sets.repeat_interleave(coins.size(0), 0)  # (S*C, G): every group with every draw
     rewards = coins.repeat(sets.size(0), 1)
