@@ -53,8 +53,8 @@ solutions: install-course
 # at one thread with PyTorch's plain kernels (ATEN_CPU_CAPABILITY=default), which round unlike the
 # AVX2 or AVX-512 kernels of the machine that stored the outputs, so a lesson that passes only on
 # that CPU fails; then the course in a real browser: the exercise versions students open, in
-# JupyterLab, and the static site, in headless Chromium (skipped without Chromium). Each stage uses
-# both cores.
+# JupyterLab, and the static site, in headless Chromium (skipped without Chromium). The first three
+# stages use both cores.
 test: unit slow lessons browser
 
 unit: install

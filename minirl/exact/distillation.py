@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from ..core import validate
+from ..core.advantages import reward_to_go
 from .group_updates import Moments
 from .mdp import MicroMDP
 
@@ -42,11 +43,6 @@ def token_log_ratios(mdp: MicroMDP, student: torch.Tensor, teacher: torch.Tensor
     return delta[t.states, t.actions] * t.mask
 
 
-def _reward_to_go(x: torch.Tensor) -> torch.Tensor:
-    """sum_{t' >= t} x_t' along dim 1."""
-    return x.flip(1).cumsum(1).flip(1)
-
-
 def estimator_weights(mdp: MicroMDP, student: torch.Tensor, teacher: torch.Tensor, estimator: str) -> torch.Tensor:
     """The weight on grad log pi(a_t|s_t) of every step of every episode (N, K), such that the
     single-sample update is sum_t w_t grad log pi(a_t|s_t) and its expectation ascends the
@@ -55,11 +51,11 @@ def estimator_weights(mdp: MicroMDP, student: torch.Tensor, teacher: torch.Tenso
     validate.choice("estimator", estimator, ESTIMATORS)
     t = mdp.table
     if estimator == "reward":
-        return _reward_to_go(t.rewards) * t.mask
+        return reward_to_go(t.rewards, t.mask)
     if estimator == "sft":
         return t.mask.clone()
     delta = token_log_ratios(mdp, student, teacher)
-    return -(_reward_to_go(delta) if estimator == "on_policy" else delta) * t.mask
+    return -(reward_to_go(delta, t.mask) if estimator == "on_policy" else delta)
 
 
 def _sampler(mdp: MicroMDP, student: torch.Tensor, teacher: torch.Tensor, estimator: str) -> torch.Tensor:

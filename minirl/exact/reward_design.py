@@ -35,7 +35,6 @@ from .mdp import MicroMDP
 __all__ = ["correct", "formatted", "with_bonus", "sum_then_normalize", "normalize_then_sum", "COMBINATIONS",
            "misranking_probability", "Drift", "random_reward_drift"]
 
-EPS = 1e-4  # group_normalize's
 
 
 def correct(prompt: str, completion: tuple[str, ...]) -> float:
@@ -63,8 +62,8 @@ def _check_rewards(rewards: torch.Tensor, weights: torch.Tensor) -> None:
 
 
 def _normalize(r: torch.Tensor) -> torch.Tensor:
-    """(r - group mean) / (group std + eps) along dim -1, as `group_normalize` does."""
-    return (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + EPS)
+    """`group_normalize` along dim -1 (each row of r a group)."""
+    return group_normalize(r.reshape(-1), r.size(-1)).view_as(r)
 
 
 def sum_then_normalize(rewards: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
