@@ -54,8 +54,10 @@ solutions: install-course
 # AVX2 or AVX-512 kernels of the machine that stored the outputs, so a lesson that passes only on
 # that CPU fails. Beside those three, from the start: the course in a real browser (the exercise
 # versions students open, in JupyterLab, and the static site, in headless Chromium; skipped without
-# Chromium). It is one JupyterLab kernel and a Chromium, about one core, so run after the others it
-# left a core idle for its 18 minutes; its output is in build/browser.log, printed at the end.
+# Chromium), its output in build/browser.log, printed at the end. Run after the others it used about
+# one core for 18 minutes on a 2-core machine; beside them the whole took 42 minutes against about 49
+# for the stages run alone, added, though each slow test took about twice as long (GAIL's seed 0:
+# 1,163 s against 547).
 test: install
 	@mkdir -p build
 	@$(MAKE) --no-print-directory browser > build/browser.log 2>&1 & browser=$$!; \
@@ -88,8 +90,10 @@ lessons-student: install
 	$(BIN)/python -m minirl.course student --with-outputs --out build/student-check
 	$(NBVAL) build/student-check
 
-# one worker: with two JupyterLabs side by side (-n 2), a lesson reopened after its kernel was gone
-# showed "model not found" for its sliders in one of two CI runs; no recorded one-worker run did
+# one worker: with two JupyterLabs side by side (-n 2) each test took about 1.5 times as long. On a
+# loaded machine (two workers, or beside the other stages) a lesson reopened after its kernel was gone
+# has shown "model not found" for its sliders, a race in JupyterLab's widget manager: the test reloads
+# such a page once (tests/test_browser.py, check_widgets_after_reopening)
 browser: install
 	$(BIN)/python -m pytest -m browser tests
 

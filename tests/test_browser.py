@@ -11,7 +11,7 @@ outputs), and stopped by its process id at the end.
   slider, moved again, still redraws with no traceback, whatever the later cells bound; the saved
   file holds no widget but the sliders, and after a page reload with the kernel still running,
   and after reopening the lesson once the kernel is gone, every slider shows and no widget error
-  does.
+  does (a page showing one is reloaded once: `check_widgets_after_reopening` says why).
 
 Every wait is for a state (a cell's execution count, no cell queued, the kernel idle, an image
 replaced or an error shown), never a fixed time, so a slow machine only makes it slower; a plot's
@@ -344,12 +344,29 @@ def check_widgets_after_reopening(page, name: str) -> None:
     """No widget error anywhere, and each slider shown: live from a running kernel, else from the
     widget state saved with the notebook (jupyterlab/overrides.json). The lesson ran in full here,
     so JupyterLab trusts all its outputs (one it has not seen produced would show a slider's text
-    form until its cell runs again: such outputs are not trusted to run code)."""
+    form until its cell runs again: such outputs are not trusted to run code).
+
+    A page that shows a widget error is reloaded once and checked again. JupyterLab's widget
+    manager (jupyterlab_widgets 3.0) restores a reopened notebook's widgets twice over: from the
+    kernel and the saved state, and, when the new kernel's connection comes up first, from the
+    kernel alone. If the second finishes first it declares the widgets restored before the saved
+    state is read, and a slider drawn in between shows "model not found" for good. That happened
+    in 2 of about 90 reopenings in our CI runs, both on a loaded machine; the saved state was
+    complete both times (`models_missing_from_saved_state`, asserted before this). A reload,
+    with the kernel already up, reads the saved state; a state really missing fails again."""
+    if widget_errors(page, name):
+        page.reload()
+    errors = widget_errors(page, name)
+    assert not errors, f"a widget error in {name} after reopening it and reloading once: {errors}"
     notebook_cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
-    expect(notebook_cells).to_have_count(len(cells(name)))
-    wait_idle(page)
-    expect(page.get_by_text("Loading widget...")).to_have_count(0)  # every widget output rendered or failed
-    errors = page.get_by_text("Error displaying widget")
-    assert errors.count() == 0, f"a widget error in {name} after reopening it: {errors.all_inner_texts()}"
     for i in slider_cells(name):
         expect(notebook_cells.nth(i).locator(".widget-slider").first).to_be_visible()
+
+
+def widget_errors(page, name: str) -> list[str]:
+    """The texts of the widget errors shown once every cell is shown, the kernel is idle and no
+    widget is still loading."""
+    expect(page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")).to_have_count(len(cells(name)))
+    wait_idle(page)
+    expect(page.get_by_text("Loading widget...")).to_have_count(0)  # every widget output rendered or failed
+    return page.get_by_text("Error displaying widget").all_inner_texts()
