@@ -54,10 +54,8 @@ solutions: install-course
 # AVX2 or AVX-512 kernels of the machine that stored the outputs, so a lesson that passes only on
 # that CPU fails. Beside those three, from the start: the course in a real browser (the exercise
 # versions students open, in JupyterLab, and the static site, in headless Chromium; skipped without
-# Chromium), its output in build/browser.log, printed at the end. Run after the others it used about
-# one core for 18 minutes on a 2-core machine; beside them the whole took 42 minutes against about 49
-# for the stages run alone, added, though each slow test took about twice as long (GAIL's seed 0:
-# 1,163 s against 547).
+# Chromium), its output in build/browser.log, printed at the end: about one core for 6.5 minutes
+# on a 2-core machine (docs/measurements.md).
 test: install
 	@mkdir -p build
 	@$(MAKE) --no-print-directory browser > build/browser.log 2>&1 & browser=$$!; \

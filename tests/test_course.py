@@ -2,6 +2,7 @@
 import ast
 import os
 import subprocess
+import symtable
 import sys
 from pathlib import Path
 
@@ -99,6 +100,47 @@ def test_no_other_cell_reads_what_an_exercise_defines(path):
     for cell in cells:
         if commands.BEGIN not in cell.source:
             assert not names_read(cell.source) & defined, f"{path.name}: a cell reads an exercise's {names_read(cell.source) & defined}"
+
+
+def cell_symbols(source: str) -> symtable.SymbolTable:
+    return symtable.symtable("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))),
+                             "<cell>", "exec")
+
+
+def names_bound(source: str) -> set[str]:
+    """The top-level names a cell binds: assignments, loop and `with` targets, imports, defs, classes."""
+    return {s.get_name() for s in cell_symbols(source).get_symbols() if s.is_assigned() or s.is_imported()}
+
+
+def globals_read_when_called(source: str) -> dict[str, set[str]]:
+    """For each top-level function a cell defines, the global names its body (nested functions
+    included) reads when it is called, as opposed to when the cell runs."""
+    def reads(table) -> set[str]:
+        names = {s.get_name() for s in table.get_symbols() if s.is_global() and s.is_referenced()}
+        return names.union(*(reads(child) for child in table.get_children()))
+    return {t.get_name(): reads(t) for t in cell_symbols(source).get_children() if t.get_type() == "function"}
+
+
+@pytest.mark.parametrize("path", [p for p in commands.lesson_paths([]) if "widgets.interact" in p.read_text()],
+                         ids=lambda p: p.name)
+def test_no_later_cell_rebinds_what_a_slider_reads(path):
+    """A slider keeps working after Run All: every global name its functions read when the slider
+    moves (through the functions they call that the first cell or the slider's own cell defines) is
+    bound by the first cell or the slider's cell and by no other. `make browser` runs each slider
+    cell after the first cell alone, and one lesson's Run All; this covers every slider lesson
+    without running the rest (a later cell that mutates an object the slider reads is not caught)."""
+    cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    for k in [k for k, source in enumerate(cells) if "widgets.interact" in source]:
+        functions = {**globals_read_when_called(cells[0]), **globals_read_when_called(cells[k])}
+        read, todo = set(), [n for names in globals_read_when_called(cells[k]).values() for n in names]
+        while todo:
+            name = todo.pop()
+            if name not in read:
+                read.add(name)
+                todo += functions.get(name, ())
+        for j, source in enumerate(cells):
+            rebound = read & names_bound(source) if j not in (0, k) else set()
+            assert not rebound, f"{path.name}: code cell {j} rebinds {sorted(rebound)}, which the slider of code cell {k} reads"
 
 
 RIGHT = '''def pass_at_k(n, c, k):
