@@ -17,7 +17,7 @@ list (tests/test_layout.py checks it):
   core        the floor: argument checks, data paths, progress bars, tensor functions (no model, no world)
                 validate, paths, notebook, ops, kl, advantages, corrections, losses, preferences, compare
   lm          the language model
-                tokenizer, model, sampling, sequences, critic, reward_head, export, memory
+                tokenizer, model, sampling, multiturn, sequences, critic, reward_head, export, memory
   world       the tiny world
                 grammar, rewards, datasets, generate, tasks, evaluate
   exact       the micro world, solved exactly

@@ -39,6 +39,9 @@ class Rollout:
     group_size: int = 1
     prompts: list[str] | None = None  # (B,) prompt text per row (repeated group_size times)
     texts: list[str] | None = None  # (B,) completion text per row, without EOS
+    # (B, T) float: 1 where the policy wrote the token, 0 where an environment did (`multiturn`)
+    # and after EOS; None: the policy wrote every token
+    action_mask: torch.Tensor | None = None
 
     def select(self, rows) -> "Rollout":
         """The rollout restricted to `rows` (a minibatch); group_size becomes 1.
@@ -62,7 +65,8 @@ class Rollout:
         return Rollout(self.prompt_tokens[rows], self.prompt_mask[rows], self.tokens[rows], self.logprobs[rows],
                        self.mask[rows], self.truncated[rows], 1,
                        None if self.prompts is None else [self.prompts[i] for i in idx],
-                       None if self.texts is None else [self.texts[i] for i in idx])
+                       None if self.texts is None else [self.texts[i] for i in idx],
+                       None if self.action_mask is None else self.action_mask[rows])
 
     def sequences(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Prompt + completion as one batch: ids (B, P+T), key_mask (B, P+T), positions (B, P+T)."""
@@ -176,29 +180,15 @@ def sample_tokens(
             f"prompt of {P} tokens + max_new_tokens={max_new_tokens} exceeds the context window "
             f"n_ctx={model.config.n_ctx}; shorten the prompt or ask for fewer new tokens"
         )
-    ragged = bool((pmask == 0).any())
-    # 1. prefill: one forward pass per prompt, filling its cache
-    cache = KVCache.empty(model.config, N, P + max_new_tokens, device=device, dtype=model.wte.weight.dtype)
-    hidden = model.hidden_states(ids, positions=positions_from_mask(pmask), key_mask=pmask if ragged else None, cache=cache)
-    logits = model.logits(hidden[:, -1])  # (N, V): only the last position predicts a completion token
-    if not bool(torch.isfinite(logits).all()):
-        raise FloatingPointError("the model's logits are not finite (NaN or inf): its weights have diverged; "
-                                 "reload the model and train with a lower learning rate")
-    # 2. copy each prompt's cache (and its last logits) to its group's rows
+    state = prefill(model, ids, pmask, max_new_tokens, group_size)
     B = N * group_size
-    if group_size > 1:
-        cache = cache.repeat_interleave(group_size)
-        logits = logits.repeat_interleave(group_size, dim=0)
-    ids, pmask = ids.repeat_interleave(group_size, dim=0), pmask.repeat_interleave(group_size, dim=0)
-    key_mask = torch.cat([pmask, torch.ones(B, max_new_tokens, dtype=torch.long, device=device)], dim=1) if ragged else None
-    position = pmask.sum(dim=1)  # (B,) position id of the next token
-    # 3. decode
     tokens = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logprobs = torch.zeros(B, max_new_tokens, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,) row has emitted EOS
     T = max_new_tokens
+    # 3. decode
     for t in range(max_new_tokens):
-        tok, logp = next_token(logits, temperature, top_k, generator)
+        tok, logp = next_token(state.logits, temperature, top_k, generator)
         if eos_token_id is not None:  # rows that already ended get padding
             tok, logp = tok.masked_fill(done, pad_token_id), logp.masked_fill(done, 0.0)
         tokens[:, t], logprobs[:, t] = tok, logp
@@ -208,11 +198,50 @@ def sample_tokens(
                 T = t + 1
                 break
         if t + 1 < max_new_tokens:
-            km = key_mask[:, : cache.length + 1] if ragged else None
-            logits = model(tokens[:, t : t + 1], positions=(position + t)[:, None], key_mask=km, cache=cache)[:, -1]
+            state.feed(model, tok)
     tokens, logprobs = tokens[:, :T], logprobs[:, :T]
     mask = completion_mask(tokens, eos_token_id)
-    return Rollout(ids, pmask, tokens, logprobs, mask, truncated=~done, group_size=group_size)
+    return Rollout(state.ids, state.prompt_mask, tokens, logprobs, mask, truncated=~done, group_size=group_size)
+
+
+@dataclass
+class DecodeState:
+    """What decoding carries from step to step: the cache, the logits for the next token (B, V),
+    the prompts (B, P) and their mask, each row's key mask (None when no prompt is padded) and
+    the position id of its first new token."""
+    cache: KVCache
+    logits: torch.Tensor  # (B, V)
+    ids: torch.Tensor  # (B, P) left-padded prompts, one row per completion
+    prompt_mask: torch.Tensor  # (B, P)
+    key_mask: torch.Tensor | None  # (B, P + max_new_tokens)
+    position: torch.Tensor  # (B,)
+    steps: int = 0  # tokens fed after the prompt so far
+
+    def feed(self, model: GPT, tok: torch.Tensor) -> None:
+        """Append one token per row (B,) to the cache; the logits then predict the token after it."""
+        km = self.key_mask[:, : self.cache.length + 1] if self.key_mask is not None else None
+        self.logits = model(tok[:, None], positions=(self.position + self.steps)[:, None], key_mask=km, cache=self.cache)[:, -1]
+        self.steps += 1
+
+
+def prefill(model: GPT, ids: torch.Tensor, pmask: torch.Tensor, max_new_tokens: int, group_size: int) -> DecodeState:
+    """1. one forward pass per prompt, filling its cache; 2. each prompt's cache (and its last
+    logits) copied to its group's rows."""
+    N, P = ids.shape
+    ragged = bool((pmask == 0).any())
+    cache = KVCache.empty(model.config, N, P + max_new_tokens, device=ids.device, dtype=model.wte.weight.dtype)
+    hidden = model.hidden_states(ids, positions=positions_from_mask(pmask), key_mask=pmask if ragged else None, cache=cache)
+    logits = model.logits(hidden[:, -1])  # (N, V): only the last position predicts a completion token
+    if not bool(torch.isfinite(logits).all()):
+        raise FloatingPointError("the model's logits are not finite (NaN or inf): its weights have diverged; "
+                                 "reload the model and train with a lower learning rate")
+    if group_size > 1:
+        cache = cache.repeat_interleave(group_size)
+        logits = logits.repeat_interleave(group_size, dim=0)
+    ids, pmask = ids.repeat_interleave(group_size, dim=0), pmask.repeat_interleave(group_size, dim=0)
+    ones = torch.ones(ids.size(0), max_new_tokens, dtype=torch.long, device=ids.device)
+    key_mask = torch.cat([pmask, ones], dim=1) if ragged else None
+    return DecodeState(cache, logits, ids, pmask, key_mask, pmask.sum(dim=1))
 
 
 def completion_mask(tokens: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:

@@ -1,0 +1,157 @@
+"""Multi-turn sampling: the policy writes, a tool answers, the policy goes on.
+
+An episode starts at a prompt. The policy samples one token per step for every row from the KV
+cache, as `sampling.sample_tokens` does. When a row writes the environment's `call_end` token,
+the environment reads that row's episode so far and answers with text (and a reward for the
+turn). The answer's tokens are fed to the model one per step through the same cache, in place of
+that row's samples, and marked as the environment's; then the policy resumes. Nothing already in
+the cache is computed again, and no row waits for another: a row being answered is fed its
+answer while the others sample.
+
+The answer is encoded on its own and appended as it is: the episode's tokens are never re-encoded
+from its text, which could merge tokens across the boundary and change what the policy wrote.
+
+Environment tokens are transitions of the MDP, not actions: the policy did not choose them, so
+they carry no log pi (their `logprobs` are 0), and a policy-gradient loss or a KL penalty must
+skip them (`Rollout.action_mask` is 0 on them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import tiktoken
+import torch
+
+from ..core import validate
+from .model import GPT
+from .sampling import Rollout, completion_mask, decode_completion, left_pad, next_token, prefill
+from .tokenizer import PAD, load_tokenizer
+
+__all__ = ["Reply", "Environment", "Episodes", "sample_episodes"]
+
+
+@dataclass
+class Reply:
+    """What the environment writes after a call, and the reward it gives that turn."""
+    text: str
+    reward: float = 0.0
+
+
+class Environment(Protocol):
+    """call_end: the text of the one token that ends a call (the environment answers when the
+    policy writes it). respond(prompt, episode): the answer to the call that `episode` (the text
+    after `prompt` so far, `call_end` last) ends."""
+    call_end: str
+
+    def respond(self, prompt: str, episode: str) -> Reply: ...
+
+
+@dataclass
+class Episodes:
+    """Multi-turn episodes. `rollout.tokens` (B, T) hold everything after the prompt, whoever wrote
+    it; `rollout.action_mask` is 1 on the policy's tokens and 0 on the environment's, and
+    `rollout.logprobs` is 0 on the environment's.
+
+    turn: (B, T) the turn each token belongs to: the policy's k-th stretch of writing is turn k
+        (0 first), and the answer to the call that ends it belongs to turn k too (-1 on padding).
+    turn_rewards: (B, max_calls + 1) the environment's reward for turn k's call (0 where none).
+    calls: (B,) how many calls the environment answered.
+    """
+    rollout: Rollout
+    turn: torch.Tensor
+    turn_rewards: torch.Tensor
+    calls: torch.Tensor
+
+
+@torch.no_grad()
+def sample_episodes(model: GPT, prompts: list[str], env: Environment, *, max_new_tokens: int, max_calls: int = 1,
+                    group_size: int = 1, temperature: float = 1.0, top_k: int | None = None,
+                    generator: torch.Generator | None = None, tokenizer=None) -> Episodes:
+    """Sample `group_size` episodes per prompt, the environment answering up to `max_calls` calls
+    in each. max_new_tokens bounds all tokens after the prompt, the environment's included; a row
+    that reaches it before EOS is truncated (an answer cut short included). A `call_end` written
+    after the last allowed call is an ordinary token. Rows are ordered prompt by prompt."""
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a minirl GPT, e.g. minirl.load_model('base'); got {type(model).__name__}")
+    if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
+        raise TypeError("prompts must be a list of strings")
+    enc = tokenizer or load_tokenizer()
+    if not isinstance(enc, tiktoken.Encoding):
+        raise TypeError(f"tokenizer must be a tiktoken.Encoding such as minirl.load_tokenizer(), got {type(enc).__name__}")
+    call_end = call_end_token(env, enc)
+    group_size, max_new_tokens = validate.integer("group_size", group_size), validate.integer("max_new_tokens", max_new_tokens)
+    max_calls = validate.integer("max_calls", max_calls, minimum=0)
+    validate.number("temperature", temperature, 0.0)
+    if top_k is not None:
+        validate.integer("top_k", top_k)
+    device = next(model.parameters()).device
+    validate.generator_for(generator, device)
+    eos, pad = enc.eot_token, enc.encode_single_token(PAD)
+    ids, pmask = left_pad(enc.encode_ordinary_batch(prompts), pad, device)
+    if ids.size(1) + max_new_tokens > model.config.n_ctx:
+        raise ValueError(f"prompt of {ids.size(1)} tokens + max_new_tokens={max_new_tokens} exceeds the context window "
+                         f"n_ctx={model.config.n_ctx}")
+    state = prefill(model, ids, pmask, max_new_tokens, group_size)
+    rows = [p for p in prompts for _ in range(group_size)]
+    B = len(rows)
+    tokens = torch.full((B, max_new_tokens), pad, dtype=torch.long, device=device)
+    logprobs = torch.zeros(B, max_new_tokens, device=device)
+    action = torch.zeros(B, max_new_tokens, device=device)
+    turn = torch.full((B, max_new_tokens), -1, dtype=torch.long, device=device)
+    turn_rewards = torch.zeros(B, max_calls + 1, dtype=torch.float64)
+    calls = torch.zeros(B, dtype=torch.long, device=device)
+    answers: list[list[int]] = [[] for _ in range(B)]  # each row's answer tokens not yet fed
+    done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,) the policy wrote EOS
+    T = max_new_tokens
+    for t in range(max_new_tokens):
+        tok, logp = next_token(state.logits, temperature, top_k, generator)  # (B,) a sample for every row
+        acts = ~done
+        forced = [b for b in range(B) if answers[b]]
+        if forced:
+            where = torch.tensor(forced, device=device)
+            tok[where] = torch.tensor([answers[b].pop(0) for b in forced], device=device)
+            logp[where], acts[where] = 0.0, False
+        tok, logp = tok.masked_fill(done, pad), logp.masked_fill(~acts, 0.0)
+        tokens[:, t], logprobs[:, t], action[:, t] = tok, logp, acts.float()
+        turn[:, t] = torch.where(acts, calls, calls - 1).masked_fill(done, -1)
+        for b in ((tok == call_end) & acts & (calls < max_calls)).nonzero().flatten().tolist():
+            reply = respond(env, rows[b], enc.decode(tokens[b, : t + 1].tolist()))
+            answers[b] = enc.encode_ordinary(reply.text)
+            turn_rewards[b, int(calls[b])] = reply.reward
+            calls[b] += 1
+        done = done | ((tok == eos) & acts)
+        if bool(done.all()):
+            T = t + 1
+            break
+        if t + 1 < max_new_tokens:
+            state.feed(model, tok)
+    tokens, logprobs, action, turn = tokens[:, :T], logprobs[:, :T], action[:, :T], turn[:, :T]
+    mask = completion_mask(tokens, eos)
+    rollout = Rollout(state.ids, state.prompt_mask, tokens, logprobs, mask, truncated=~done, group_size=group_size,
+                      prompts=rows, texts=[decode_completion(enc, row, eos) for row in tokens.tolist()],
+                      action_mask=action * mask)
+    return Episodes(rollout, turn, turn_rewards, calls)
+
+
+def call_end_token(env, enc) -> int:
+    """The token id of env.call_end, which must be one token of the tokenizer."""
+    if not callable(getattr(env, "respond", None)) or not isinstance(getattr(env, "call_end", None), str):
+        raise TypeError(f"env must have a call_end string (the token that ends a call) and a method respond(prompt, "
+                        f"episode) -> Reply; got {type(env).__name__}")
+    ids = enc.encode_ordinary(env.call_end)
+    if len(ids) != 1:
+        raise ValueError(f"env.call_end must be exactly one token, so that the sampler can see a call end; "
+                         f"{env.call_end!r} is {len(ids)} tokens {ids}")
+    return ids[0]
+
+
+def respond(env, prompt: str, episode: str) -> Reply:
+    reply = env.respond(prompt, episode)
+    if not isinstance(reply, Reply):
+        raise TypeError(f"env.respond must return a minirl Reply(text, reward), got {type(reply).__name__}")
+    validate.number("the reply's reward", reply.reward)
+    if not isinstance(reply.text, str):
+        raise TypeError(f"a Reply's text must be a string, got {type(reply.text).__name__}")
+    return reply
+
