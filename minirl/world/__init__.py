@@ -6,7 +6,8 @@
     generate      the seeded generator that writes those files (python -m minirl.world)
     tasks         RL tasks: prompts, per-token rewards, gold metrics
     evaluate      validity, truncation, pass@k, the base-model report
+    tools         a calculator the model may call before it answers a sum
 """
-from . import datasets, evaluate, generate, grammar, rewards, tasks
+from . import datasets, evaluate, generate, grammar, rewards, tasks, tools
 
-__all__ = ["datasets", "evaluate", "generate", "grammar", "rewards", "tasks"]
+__all__ = ["datasets", "evaluate", "generate", "grammar", "rewards", "tasks", "tools"]
