@@ -13,7 +13,9 @@ from its text, which could merge tokens across the boundary and change what the 
 
 Environment tokens are transitions of the MDP, not actions: the policy did not choose them, so
 they carry no log pi (their `logprobs` are 0), and a policy-gradient loss or a KL penalty must
-skip them (`Rollout.action_mask` is 0 on them).
+skip them (`Rollout.action_mask` is 0 on them). The environment's reward for a call sits on the
+policy's token that ended it (`Rollout.env_rewards`); `turns` and `calls` read the rest from the
+masks.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from .model import GPT
 from .sampling import Rollout, completion_mask, decode_completion, left_pad, next_token, prefill
 from .tokenizer import PAD, load_tokenizer
 
-__all__ = ["Reply", "Environment", "Episodes", "sample_episodes"]
+__all__ = ["Reply", "Environment", "sample_episodes", "turns", "calls"]
 
 
 @dataclass
@@ -47,46 +49,18 @@ class Environment(Protocol):
     def respond(self, prompt: str, episode: str) -> Reply: ...
 
 
-@dataclass
-class Episodes:
-    """Multi-turn episodes. `rollout.tokens` (B, T) hold everything after the prompt, whoever wrote
-    it; `rollout.action_mask` is 1 on the policy's tokens and 0 on the environment's, and
-    `rollout.logprobs` is 0 on the environment's.
-
-    turn: (B, T) the turn each token belongs to: the policy's k-th stretch of writing is turn k
-        (0 first), and the answer to the call that ends it belongs to turn k too (-1 on padding).
-    turn_rewards: (B, max_calls + 1) the environment's reward for turn k's call (0 where none).
-    calls: (B,) how many calls the environment answered.
-    """
-    rollout: Rollout
-    turn: torch.Tensor
-    turn_rewards: torch.Tensor
-    calls: torch.Tensor
-
-
 @torch.no_grad()
 def sample_episodes(model: GPT, prompts: list[str], env: Environment, *, max_new_tokens: int, max_calls: int = 1,
                     group_size: int = 1, temperature: float = 1.0, top_k: int | None = None,
-                    generator: torch.Generator | None = None, tokenizer=None) -> Episodes:
+                    generator: torch.Generator | None = None, tokenizer=None) -> Rollout:
     """Sample `group_size` episodes per prompt, the environment answering up to `max_calls` calls
-    in each. max_new_tokens bounds all tokens after the prompt, the environment's included; a row
-    that reaches it before EOS is truncated (an answer cut short included). A `call_end` written
-    after the last allowed call is an ordinary token. Rows are ordered prompt by prompt."""
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be a minirl GPT, e.g. minirl.load_model('base'); got {type(model).__name__}")
-    if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
-        raise TypeError("prompts must be a list of strings")
-    enc = tokenizer or load_tokenizer()
-    if not isinstance(enc, tiktoken.Encoding):
-        raise TypeError(f"tokenizer must be a tiktoken.Encoding such as minirl.load_tokenizer(), got {type(enc).__name__}")
-    call_end = call_end_token(env, enc)
-    group_size, max_new_tokens = validate.integer("group_size", group_size), validate.integer("max_new_tokens", max_new_tokens)
-    max_calls = validate.integer("max_calls", max_calls, minimum=0)
-    validate.number("temperature", temperature, 0.0)
-    if top_k is not None:
-        validate.integer("top_k", top_k)
-    device = next(model.parameters()).device
-    validate.generator_for(generator, device)
+    in each. Returns a `Rollout` whose tokens (B, T) hold everything after the prompt, whoever
+    wrote it, with `action_mask` and `env_rewards` set. max_new_tokens bounds all tokens after
+    the prompt, the environment's included; a row that reaches it before EOS is truncated (an
+    answer cut short included). A `call_end` written after the last allowed call, or as the last
+    token allowed, is an ordinary token. Rows are ordered prompt by prompt."""
+    enc = check_arguments(model, prompts, tokenizer, group_size, max_new_tokens, max_calls, temperature, top_k, generator)
+    call_end, device = call_end_token(env, enc), next(model.parameters()).device
     eos, pad = enc.eot_token, enc.encode_single_token(PAD)
     ids, pmask = left_pad(enc.encode_ordinary_batch(prompts), pad, device)
     if ids.size(1) + max_new_tokens > model.config.n_ctx:
@@ -98,9 +72,8 @@ def sample_episodes(model: GPT, prompts: list[str], env: Environment, *, max_new
     tokens = torch.full((B, max_new_tokens), pad, dtype=torch.long, device=device)
     logprobs = torch.zeros(B, max_new_tokens, device=device)
     action = torch.zeros(B, max_new_tokens, device=device)
-    turn = torch.full((B, max_new_tokens), -1, dtype=torch.long, device=device)
-    turn_rewards = torch.zeros(B, max_calls + 1, dtype=torch.float64)
-    calls = torch.zeros(B, dtype=torch.long, device=device)
+    env_rewards = torch.zeros(B, max_new_tokens, device=device)
+    answered = torch.zeros(B, dtype=torch.long, device=device)  # (B,) calls answered so far
     answers: list[list[int]] = [[] for _ in range(B)]  # each row's answer tokens not yet fed
     done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,) the policy wrote EOS
     T = max_new_tokens
@@ -114,24 +87,66 @@ def sample_episodes(model: GPT, prompts: list[str], env: Environment, *, max_new
             logp[where], acts[where] = 0.0, False
         tok, logp = tok.masked_fill(done, pad), logp.masked_fill(~acts, 0.0)
         tokens[:, t], logprobs[:, t], action[:, t] = tok, logp, acts.float()
-        turn[:, t] = torch.where(acts, calls, calls - 1).masked_fill(done, -1)
-        for b in ((tok == call_end) & acts & (calls < max_calls)).nonzero().flatten().tolist():
+        room = t + 1 < max_new_tokens  # an answer needs at least one more step
+        for b in ((tok == call_end) & acts & (answered < max_calls) & room).nonzero().flatten().tolist():
             reply = respond(env, rows[b], enc.decode(tokens[b, : t + 1].tolist()))
-            answers[b] = enc.encode_ordinary(reply.text)
-            turn_rewards[b, int(calls[b])] = reply.reward
-            calls[b] += 1
+            answers[b], env_rewards[b, t] = enc.encode_ordinary(reply.text), reply.reward
+            answered[b] += 1
         done = done | ((tok == eos) & acts)
         if bool(done.all()):
             T = t + 1
             break
         if t + 1 < max_new_tokens:
             state.feed(model, tok)
-    tokens, logprobs, action, turn = tokens[:, :T], logprobs[:, :T], action[:, :T], turn[:, :T]
+    tokens, logprobs, action = tokens[:, :T], logprobs[:, :T], action[:, :T]
     mask = completion_mask(tokens, eos)
-    rollout = Rollout(state.ids, state.prompt_mask, tokens, logprobs, mask, truncated=~done, group_size=group_size,
-                      prompts=rows, texts=[decode_completion(enc, row, eos) for row in tokens.tolist()],
-                      action_mask=action * mask)
-    return Episodes(rollout, turn, turn_rewards, calls)
+    return Rollout(state.ids, state.prompt_mask, tokens, logprobs, mask, truncated=~done, group_size=group_size,
+                   prompts=rows, texts=[decode_completion(enc, row, eos) for row in tokens.tolist()],
+                   action_mask=action * mask, env_rewards=env_rewards[:, :T])
+
+
+def check_arguments(model, prompts, tokenizer, group_size, max_new_tokens, max_calls, temperature, top_k, generator):
+    """`sample_episodes`'s arguments checked; returns the tokenizer."""
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a minirl GPT, e.g. minirl.load_model('base'); got {type(model).__name__}")
+    if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
+        raise TypeError("prompts must be a list of strings")
+    enc = tokenizer or load_tokenizer()
+    if not isinstance(enc, tiktoken.Encoding):
+        raise TypeError(f"tokenizer must be a tiktoken.Encoding such as minirl.load_tokenizer(), got {type(enc).__name__}")
+    validate.integer("group_size", group_size), validate.integer("max_new_tokens", max_new_tokens)
+    validate.integer("max_calls", max_calls, minimum=0)
+    validate.number("temperature", temperature, 0.0)
+    if top_k is not None:
+        validate.integer("top_k", top_k)
+    validate.generator_for(generator, next(model.parameters()).device)
+    return enc
+
+
+def environment_tokens(rollout: Rollout) -> torch.Tensor:
+    """(B, T) bool: the tokens the environment wrote."""
+    if not isinstance(rollout, Rollout) or rollout.action_mask is None:
+        raise ValueError("this needs a multi-turn rollout, whose action_mask says who wrote each token "
+                         "(sample_episodes); a plain rollout's tokens are all the policy's")
+    return (rollout.mask - rollout.action_mask).bool()
+
+
+def after(x: torch.Tensor) -> torch.Tensor:
+    """(B, T) x shifted one step right: at t, x at t - 1 (False at 0)."""
+    return torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)
+
+
+def calls(rollout: Rollout) -> torch.Tensor:
+    """(B,) the calls the environment answered in each episode: its answers' first tokens."""
+    env = environment_tokens(rollout)
+    return (env & ~after(env)).sum(dim=1)
+
+
+def turns(rollout: Rollout) -> torch.Tensor:
+    """(B, T) the turn of each token: the policy's k-th stretch of writing is turn k (0 first),
+    and the environment's answer to the call that ends it is turn k too; -1 after EOS."""
+    resumes = rollout.action_mask.bool() & after(environment_tokens(rollout))  # the policy's first token after an answer
+    return resumes.long().cumsum(dim=1).masked_fill(rollout.mask == 0, -1)
 
 
 def call_end_token(env, enc) -> int:
@@ -153,5 +168,8 @@ def respond(env, prompt: str, episode: str) -> Reply:
     validate.number("the reply's reward", reply.reward)
     if not isinstance(reply.text, str):
         raise TypeError(f"a Reply's text must be a string, got {type(reply.text).__name__}")
+    if not reply.text:
+        raise ValueError("the environment's answer is empty: answer a call with at least one token (an "
+                         "answer is what marks where a turn ends)")
     return reply
 

@@ -42,6 +42,8 @@ class Rollout:
     # (B, T) float: 1 where the policy wrote the token, 0 where an environment did (`multiturn`)
     # and after EOS; None: the policy wrote every token
     action_mask: torch.Tensor | None = None
+    # (B, T) float: the environment's reward for each call, on the policy's token that ended it
+    env_rewards: torch.Tensor | None = None
 
     def select(self, rows) -> "Rollout":
         """The rollout restricted to `rows` (a minibatch); group_size becomes 1.
@@ -66,7 +68,8 @@ class Rollout:
                        self.mask[rows], self.truncated[rows], 1,
                        None if self.prompts is None else [self.prompts[i] for i in idx],
                        None if self.texts is None else [self.texts[i] for i in idx],
-                       None if self.action_mask is None else self.action_mask[rows])
+                       None if self.action_mask is None else self.action_mask[rows],
+                       None if self.env_rewards is None else self.env_rewards[rows])
 
     def sequences(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Prompt + completion as one batch: ids (B, P+T), key_mask (B, P+T), positions (B, P+T)."""
