@@ -45,6 +45,12 @@ class Rollout:
     # (B, T) float: the environment's reward for each call, on the policy's token that ended it
     env_rewards: torch.Tensor | None = None
 
+    @property
+    def policy_mask(self) -> torch.Tensor:
+        """(B, T) the tokens the policy wrote, the ones a policy loss and a KL penalty count: `mask`,
+        less the environment's tokens in a multi-turn rollout (`action_mask`)."""
+        return self.mask if self.action_mask is None else self.action_mask
+
     def select(self, rows) -> "Rollout":
         """The rollout restricted to `rows` (a minibatch); group_size becomes 1.
 

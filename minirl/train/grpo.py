@@ -13,6 +13,10 @@ One loop, fixed steps:
        ratio (against the policy that sampled the batch, by default), plus beta * k3 KL to the
        frozen reference
 
+With a task that has an environment (`tasks.tool_task`), each completion is an episode in which
+the environment answers the policy's calls (`minirl.lm.multiturn`); the loss and the KL count the
+policy's tokens only, and each call's reward joins the completion's.
+
 With `stale_steps` = k, batch j is sampled by the policy of update max(0, j - k) and trained on at
 update j, as in an asynchronous pipeline whose sampler runs ahead of the learner; `correction`
 says what the loss does about it (`CORRECTIONS`).
@@ -166,7 +170,7 @@ def grpo_update(policy: GPT, opt: torch.optim.Optimizer, rollout: Rollout, rewar
     step: the training step, named if the loss turns NaN.
     rewards (B,); ref_logprobs (B, T) of the rollout's tokens under the reference."""
     advantages = group_advantages(rewards, config)
-    mask = rollout.mask
+    mask = rollout.policy_mask  # the policy's tokens: an environment's are transitions, not actions
     metrics = {}
     for inner in range(config.inner_steps):
         logits = completion_logits(policy, rollout)  # (B, T, V)
@@ -223,7 +227,7 @@ def train_grpo(policy: GPT, task: Task, config: GRPOConfig, tokenizer=None, rewa
     the task's rewards.
     callback(metrics, policy): called after every step's update, as in `train_ppo`; what it adds to
     `metrics` lands in the history."""
-    check_inputs(policy, task, config, GRPOConfig)
+    check_inputs(policy, task, config, GRPOConfig, multi_turn=True)
     enc = tokenizer or load_tokenizer()
     reference = frozen_reference(policy)
     opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)

@@ -14,20 +14,25 @@ import torch
 from ..core import validate
 from ..core.notebook import progress
 from ..lm.model import GPT
+from ..lm.multiturn import sample_episodes
 from ..lm.sampling import Rollout, sample
 from ..world.tasks import Task
 
 __all__ = ["check_inputs", "check_config", "training_batches", "frozen_reference", "check_finite", "optimizer_step", "batches"]
 
 
-def check_inputs(policy, task, config, config_type: type) -> None:
-    """A trainer's arguments are what it expects: a minirl GPT, a Task and its own config class."""
+def check_inputs(policy, task, config, config_type: type, multi_turn: bool = False) -> None:
+    """A trainer's arguments are what it expects: a minirl GPT, a Task and its own config class;
+    a task with an environment only for a trainer that keeps its tokens out of the loss (multi_turn)."""
     if not isinstance(policy, GPT):
         raise TypeError(f"policy must be a minirl GPT, e.g. minirl.load_model('base'); got {type(policy).__name__}")
     if not isinstance(task, Task):
         raise TypeError(f"task must be a minirl.world.tasks.Task, e.g. tasks.arithmetic_task(); got {type(task).__name__}")
     if not isinstance(config, config_type):
         raise TypeError(f"config must be a {config_type.__name__}, got {type(config).__name__}")
+    if task.env is not None and not multi_turn:
+        raise ValueError(f"task {task.name!r} has an environment that writes tokens into the episode; "
+                         f"the trainer of {config_type.__name__} does not yet keep them out of its loss: train with train_grpo")
 
 
 def check_config(config) -> None:
@@ -44,15 +49,21 @@ def training_batches(policy: GPT, task: Task, config, generator: torch.Generator
                      desc: str) -> Iterator[tuple[int, Rollout]]:
     """The on-policy loop every trainer shares: for each of `config.steps` steps (with a progress
     bar), draw `config.prompts_per_step` training prompts (seeded by `config.seed`) and sample
-    `config.group_size` completions of each from the current policy at temperature 1.
-    Yields (step, rollout); `generator` drives the sampling."""
+    `config.group_size` completions of each from the current policy at temperature 1 (episodes,
+    the task's environment answering its calls, when it has one). Yields (step, rollout);
+    `generator` drives the sampling."""
     if isinstance(task.train_prompts, str) or not task.train_prompts:
         raise ValueError(f"task {task.name!r} needs a non-empty list of training prompts, got {task.train_prompts!r:.60}")
     rng = random.Random(config.seed)
     for step in progress(range(config.steps), desc=desc):
         prompts = [rng.choice(task.train_prompts) for _ in range(config.prompts_per_step)]
-        yield step, sample(policy, prompts, max_new_tokens=task.max_new_tokens, group_size=config.group_size,
-                           generator=generator, tokenizer=tokenizer)
+        if task.env is None:
+            yield step, sample(policy, prompts, max_new_tokens=task.max_new_tokens, group_size=config.group_size,
+                               generator=generator, tokenizer=tokenizer)
+        else:
+            yield step, sample_episodes(policy, prompts, task.env, max_new_tokens=task.max_new_tokens,
+                                        max_calls=task.max_calls, group_size=config.group_size, generator=generator,
+                                        tokenizer=tokenizer)
 
 
 def frozen_reference(policy: GPT) -> GPT:

@@ -22,11 +22,12 @@ from typing import Callable
 import torch
 
 from ..core import validate
+from ..lm import multiturn
 from ..lm.sampling import Rollout
-from . import datasets, grammar, rewards
+from . import datasets, grammar, rewards, tools
 
 __all__ = ["RewardFn", "Task", "last_token_rewards", "REVIEW_STARTS", "reviews_task", "arithmetic_task",
-           "orders_task", "plans_task", "reward_scores", "training_rewards"]
+           "orders_task", "plans_task", "tool_task", "reward_scores", "training_rewards"]
 
 RewardFn = Callable[..., list]
 
@@ -39,6 +40,8 @@ class Task:
     max_new_tokens: int
     token_rewards: Callable[[Rollout, object], torch.Tensor]  # (rollout, tokenizer) -> (B, T)
     gold: Callable[[Rollout], dict[str, float]]  # rollout -> named gold metrics (batch means)
+    env: object | None = None  # an environment that answers the policy's calls (`minirl.lm.multiturn`)
+    max_calls: int = 0  # the calls it answers per episode
 
 
 def last_token_rewards(rollout: Rollout, scores) -> torch.Tensor:
@@ -89,6 +92,23 @@ def arithmetic_task() -> Task:
     def prompts(split):
         return [r["prompt"] for r in datasets.load_prompts("arithmetic", split)]
     return Task("arithmetic", prompts("train"), prompts("test"), grammar.MAX_NEW_TOKENS["arithmetic"], token_rewards, gold)
+
+
+def tool_task(cost: float = 0.0, max_calls: int = 1) -> Task:
+    """Arithmetic with a calculator (`tools.Calculator`): the outcome, 1 for the right final answer,
+    at the last token, and -cost for each call, on the token that ended it (the calculator's
+    per-turn reward). Gold: the share right, and the calls per episode."""
+    def token_rewards(rollout: Rollout, enc) -> torch.Tensor:
+        return last_token_rewards(rollout, tools.tool_reward(rollout.prompts, rollout.texts))
+
+    def gold(rollout: Rollout) -> dict[str, float]:
+        correct = tools.tool_reward(rollout.prompts, rollout.texts)
+        return {"correct": sum(correct) / len(correct), "calls": multiturn.calls(rollout).float().mean().item()}
+
+    def prompts(split):
+        return [r["prompt"] for r in datasets.load_prompts("arithmetic", split)]
+    return Task("tool", prompts("train"), prompts("test"), tools.MAX_NEW_TOKENS, token_rewards, gold,
+                env=tools.Calculator(cost), max_calls=validate.integer("max_calls", max_calls))
 
 
 def orders_task() -> Task:
@@ -170,7 +190,13 @@ def reward_scores(reward_fn: RewardFn, rollout: Rollout) -> torch.Tensor:
 
 def training_rewards(task: Task, rollout: Rollout, tokenizer, reward_fn: RewardFn | None = None) -> torch.Tensor:
     """(B, T) per-token rewards the learner sees: `reward_fn`'s score of each completion at its
-    last action token when one is given, else the task's own rewards (checked: shape and finite)."""
+    last action token when one is given, else the task's own rewards (checked: shape and finite);
+    plus, in a multi-turn rollout, the environment's reward for each call on the token that ended it."""
+    rewards = task_rewards(task, rollout, tokenizer, reward_fn)
+    return rewards if rollout.env_rewards is None else rewards + rollout.env_rewards
+
+
+def task_rewards(task: Task, rollout: Rollout, tokenizer, reward_fn: RewardFn | None) -> torch.Tensor:
     if reward_fn is not None:
         return last_token_rewards(rollout, reward_scores(reward_fn, rollout))
     rewards = task.token_rewards(rollout, tokenizer)

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from ..core import validate
 from ..lm.multiturn import Reply
 
-__all__ = ["CALL_END", "CALL", "EPISODE", "Calculator", "tool_episode", "parse_episode", "final_answer",
+__all__ = ["CALL_END", "MAX_NEW_TOKENS", "CALL", "EPISODE", "Calculator", "tool_episode", "parse_episode", "final_answer",
            "tool_reward", "tool_demos"]
 
 CALL_END = "="  # the token that closes a call
+MAX_NEW_TOKENS = 20  # a call, its answer and a three-digit answer take 14 tokens with EOS
 CALL = re.compile(r" \[(\d{1,2})\+(\d{1,2})=$")  # a readable call, at the end of the episode so far
 # a whole completion: an optional call with the calculator's answer, then the policy's answer
 EPISODE = re.compile(r"(?: \[([^\]\[]*)=(\d{1,3}|\?)\])? (\d{1,3})")
