@@ -114,8 +114,9 @@ def check_arguments(model, prompts, tokenizer, group_size, max_new_tokens, max_c
     enc = tokenizer or load_tokenizer()
     if not isinstance(enc, tiktoken.Encoding):
         raise TypeError(f"tokenizer must be a tiktoken.Encoding such as minirl.load_tokenizer(), got {type(enc).__name__}")
-    validate.integer("group_size", group_size), validate.integer("max_new_tokens", max_new_tokens)
-    validate.integer("max_calls", max_calls, minimum=0)
+    for name, value, least in (("group_size", group_size, 1), ("max_new_tokens", max_new_tokens, 1),
+                               ("max_calls", max_calls, 0)):
+        validate.integer(name, value, minimum=least)
     validate.number("temperature", temperature, 0.0)
     if top_k is not None:
         validate.integer("top_k", top_k)
