@@ -23,6 +23,8 @@ def test_the_reward_is_the_final_answer_not_the_calculators():
     prompts = ["q: 47+38= a:"] * 4
     completions = [" [47+38=85] 85", " [47+38=85] 84", " 85", " [47+3=50] 50"]
     assert tools.tool_reward(prompts, completions) == [1.0, 0.0, 1.0, 0.0]
+    # the final answer is judged as plain arithmetic judges it: no leading zero, nothing after it
+    assert tools.tool_reward(prompts[:3], [" [47+38=85] 085", " [47+38=85] 85 .", "85"]) == [0.0, 0.0, 0.0]
 
 
 def test_demonstrations_are_right_and_call_on_about_the_share_asked():

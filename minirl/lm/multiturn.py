@@ -22,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-import tiktoken
 import torch
 
 from ..core import validate
 from .model import GPT
-from .sampling import Rollout, completion_mask, decode_completion, left_pad, next_token, prefill
-from .tokenizer import PAD, load_tokenizer
+from .sampling import (Rollout, check_options, completion_mask, decode_completion, left_pad, next_token, prefill,
+                       text_tokenizer)
+from .tokenizer import PAD
 
 __all__ = ["Reply", "Environment", "sample_episodes", "turns", "calls"]
 
@@ -59,13 +59,11 @@ def sample_episodes(model: GPT, prompts: list[str], env: Environment, *, max_new
     the prompt, the environment's included; a row that reaches it before EOS is truncated (an
     answer cut short included). A `call_end` written after the last allowed call, or as the last
     token allowed, is an ordinary token. Rows are ordered prompt by prompt."""
-    enc = check_arguments(model, prompts, tokenizer, group_size, max_new_tokens, max_calls, temperature, top_k, generator)
-    call_end, device = call_end_token(env, enc), next(model.parameters()).device
-    eos, pad = enc.eot_token, enc.encode_single_token(PAD)
+    device = check_options(model, group_size, max_new_tokens, temperature, top_k, generator)
+    max_calls = validate.integer("max_calls", max_calls, minimum=0)
+    enc = text_tokenizer(model, prompts, tokenizer)
+    call_end, eos, pad = call_end_token(env, enc), enc.eot_token, enc.encode_single_token(PAD)
     ids, pmask = left_pad(enc.encode_ordinary_batch(prompts), pad, device)
-    if ids.size(1) + max_new_tokens > model.config.n_ctx:
-        raise ValueError(f"prompt of {ids.size(1)} tokens + max_new_tokens={max_new_tokens} exceeds the context window "
-                         f"n_ctx={model.config.n_ctx}")
     state = prefill(model, ids, pmask, max_new_tokens, group_size)
     rows = [p for p in prompts for _ in range(group_size)]
     B = len(rows)
@@ -103,25 +101,6 @@ def sample_episodes(model: GPT, prompts: list[str], env: Environment, *, max_new
     return Rollout(state.ids, state.prompt_mask, tokens, logprobs, mask, truncated=~done, group_size=group_size,
                    prompts=rows, texts=[decode_completion(enc, row, eos) for row in tokens.tolist()],
                    action_mask=action * mask, env_rewards=env_rewards[:, :T])
-
-
-def check_arguments(model, prompts, tokenizer, group_size, max_new_tokens, max_calls, temperature, top_k, generator):
-    """`sample_episodes`'s arguments checked; returns the tokenizer."""
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be a minirl GPT, e.g. minirl.load_model('base'); got {type(model).__name__}")
-    if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
-        raise TypeError("prompts must be a list of strings")
-    enc = tokenizer or load_tokenizer()
-    if not isinstance(enc, tiktoken.Encoding):
-        raise TypeError(f"tokenizer must be a tiktoken.Encoding such as minirl.load_tokenizer(), got {type(enc).__name__}")
-    for name, value, least in (("group_size", group_size, 1), ("max_new_tokens", max_new_tokens, 1),
-                               ("max_calls", max_calls, 0)):
-        validate.integer(name, value, minimum=least)
-    validate.number("temperature", temperature, 0.0)
-    if top_k is not None:
-        validate.integer("top_k", top_k)
-    validate.generator_for(generator, next(model.parameters()).device)
-    return enc
 
 
 def environment_tokens(rollout: Rollout) -> torch.Tensor:

@@ -171,26 +171,14 @@ def sample_tokens(
     With `eos_token_id=None` every row runs to exactly `max_new_tokens`. Rows are ordered
     prompt by prompt: rows [i*G, (i+1)*G) are prompt i's group.
     """
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be a minirl GPT, e.g. minirl.load_model('base'); got {type(model).__name__}")
-    group_size, max_new_tokens = validate.integer("group_size", group_size), validate.integer("max_new_tokens", max_new_tokens)
-    validate.number("temperature", temperature, 0.0)
-    if top_k is not None:
-        validate.integer("top_k", top_k)
-    device = next(model.parameters()).device
-    validate.generator_for(generator, device)
+    device = check_options(model, group_size, max_new_tokens, temperature, top_k, generator)
+    group_size, max_new_tokens = int(group_size), int(max_new_tokens)
     ids, pmask = left_pad(prompts, pad_token_id, device)
     validate.token_ids("prompt token ids", [t for p in prompts for t in p], model.config.vocab_size)
     validate.token_ids("eos_token_id and pad_token_id", [pad_token_id] + ([] if eos_token_id is None else [eos_token_id]),
                        model.config.vocab_size)
-    N, P = ids.shape
-    if P + max_new_tokens > model.config.n_ctx:
-        raise ValueError(
-            f"prompt of {P} tokens + max_new_tokens={max_new_tokens} exceeds the context window "
-            f"n_ctx={model.config.n_ctx}; shorten the prompt or ask for fewer new tokens"
-        )
     state = prefill(model, ids, pmask, max_new_tokens, group_size)
-    B = N * group_size
+    B = ids.size(0) * group_size
     tokens = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logprobs = torch.zeros(B, max_new_tokens, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,) row has emitted EOS
@@ -233,10 +221,45 @@ class DecodeState:
         self.steps += 1
 
 
+def check_options(model: GPT, group_size, max_new_tokens, temperature, top_k, generator) -> torch.device:
+    """The sampling options every sampler takes, checked; returns the model's device."""
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a minirl GPT, e.g. minirl.load_model('base'); got {type(model).__name__}")
+    validate.integer("group_size", group_size)
+    validate.integer("max_new_tokens", max_new_tokens)
+    validate.number("temperature", temperature, 0.0)
+    if top_k is not None:
+        validate.integer("top_k", top_k)
+    device = next(model.parameters()).device
+    validate.generator_for(generator, device)
+    return device
+
+
+def text_tokenizer(model, prompts, tokenizer) -> tiktoken.Encoding:
+    """The tokenizer for text prompts (the course's by default), after checking the prompts are a
+    list of strings and the tokenizer fits the model's vocabulary."""
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a list of strings, not a single string")
+    if not all(isinstance(p, str) for p in prompts):
+        raise TypeError("prompts must be a list of strings (for token ids use minirl.sample_tokens)")
+    enc = tokenizer or load_tokenizer()
+    if not isinstance(enc, tiktoken.Encoding):
+        raise TypeError(f"tokenizer must be a tiktoken.Encoding such as minirl.load_tokenizer(), got {type(enc).__name__}")
+    if isinstance(model, GPT) and enc.n_vocab != model.config.vocab_size:
+        raise ValueError(f"the tokenizer has {enc.n_vocab} tokens but the model's vocabulary has "
+                         f"{model.config.vocab_size}: pass the tokenizer the model was trained with")
+    return enc
+
+
 def prefill(model: GPT, ids: torch.Tensor, pmask: torch.Tensor, max_new_tokens: int, group_size: int) -> DecodeState:
     """1. one forward pass per prompt, filling its cache; 2. each prompt's cache (and its last
     logits) copied to its group's rows."""
     N, P = ids.shape
+    if P + max_new_tokens > model.config.n_ctx:
+        raise ValueError(
+            f"prompt of {P} tokens + max_new_tokens={max_new_tokens} exceeds the context window "
+            f"n_ctx={model.config.n_ctx}; shorten the prompt or ask for fewer new tokens"
+        )
     ragged = bool((pmask == 0).any())
     cache = KVCache.empty(model.config, N, P + max_new_tokens, device=ids.device, dtype=model.wte.weight.dtype)
     hidden = model.hidden_states(ids, positions=positions_from_mask(pmask), key_mask=pmask if ragged else None, cache=cache)
@@ -277,16 +300,7 @@ def sample(
 
     tokenizer: defaults to the course tokenizer; EOS is its `eot_token`, padding its PAD token.
     """
-    if isinstance(prompts, str):
-        raise TypeError("prompts must be a list of strings, not a single string")
-    if not all(isinstance(p, str) for p in prompts):
-        raise TypeError("prompts must be a list of strings (for token ids use minirl.sample_tokens)")
-    enc = tokenizer or load_tokenizer()
-    if not isinstance(enc, tiktoken.Encoding):
-        raise TypeError(f"tokenizer must be a tiktoken.Encoding such as minirl.load_tokenizer(), got {type(enc).__name__}")
-    if isinstance(model, GPT) and enc.n_vocab != model.config.vocab_size:
-        raise ValueError(f"the tokenizer has {enc.n_vocab} tokens but the model's vocabulary has "
-                         f"{model.config.vocab_size}: pass the tokenizer the model was trained with")
+    enc = text_tokenizer(model, prompts, tokenizer)
     eos = enc.eot_token
     rollout = sample_tokens(
         model, enc.encode_ordinary_batch(prompts), max_new_tokens=max_new_tokens, eos_token_id=eos,

@@ -105,9 +105,8 @@ def tool_task(cost: float = 0.0, max_calls: int = 1) -> Task:
         correct = tools.tool_reward(rollout.prompts, rollout.texts)
         return {"correct": sum(correct) / len(correct), "calls": multiturn.calls(rollout).float().mean().item()}
 
-    def prompts(split):
-        return [r["prompt"] for r in datasets.load_prompts("arithmetic", split)]
-    return Task("tool", prompts("train"), prompts("test"), tools.MAX_NEW_TOKENS, token_rewards, gold,
+    arithmetic = arithmetic_task()  # its prompts
+    return Task("tool", arithmetic.train_prompts, arithmetic.test_prompts, tools.MAX_NEW_TOKENS, token_rewards, gold,
                 env=tools.Calculator(cost), max_calls=validate.integer("max_calls", max_calls))
 
 

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 from ..core import validate
 from ..lm.multiturn import Reply
+from . import rewards
 
-__all__ = ["CALL_END", "MAX_NEW_TOKENS", "CALL", "EPISODE", "Calculator", "tool_episode", "parse_episode", "final_answer",
-           "tool_reward", "tool_demos"]
+__all__ = ["CALL_END", "MAX_NEW_TOKENS", "CALL", "EPISODE", "Calculator", "tool_episode", "parse_episode", "operands",
+           "without_call", "tool_reward", "tool_demos"]
 
 CALL_END = "="  # the token that closes a call
 MAX_NEW_TOKENS = 20  # a call, its answer and a three-digit answer take 14 tokens with EOS
@@ -56,11 +57,6 @@ def parse_episode(completion: str) -> tuple[str | None, int | None] | None:
     return None if m is None else (m[1], int(m[3]))
 
 
-def final_answer(completion: str) -> int | None:
-    parsed = parse_episode(completion)
-    return None if parsed is None else parsed[1]
-
-
 def operands(prompt: str) -> tuple[int, int]:
     m = re.fullmatch(r"q: (\d{1,2})\+(\d{1,2})= a:", prompt)
     if m is None:
@@ -68,10 +64,17 @@ def operands(prompt: str) -> tuple[int, int]:
     return int(m[1]), int(m[2])
 
 
+def without_call(completion: str) -> str:
+    """The completion less its call and the calculator's answer: the policy's own answer, as plain
+    arithmetic writes it (" 85"); a completion not in the tool format, unchanged."""
+    m = EPISODE.fullmatch(completion)
+    return completion if m is None else f" {m[3]}"
+
+
 def tool_reward(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
-    """The outcome: 1 if the policy's final answer (after any call) is the right sum, else 0. The
-    calls' costs are per-turn rewards, given by the `Calculator`."""
-    return [float(final_answer(c) == sum(operands(p))) for p, c in zip(prompts, completions)]
+    """The outcome: plain arithmetic's verifier (`rewards.arithmetic_reward`) on the policy's final
+    answer, after any call. The calls' costs are per-turn rewards, given by the `Calculator`."""
+    return rewards.arithmetic_reward(prompts, [without_call(c) for _, c in rewards.pairs(prompts, completions)])
 
 
 def tool_demos(prompts: list[str], direct: list[str] | None = None, call_share: float = 0.5, seed: int = 0) -> list[dict]:
