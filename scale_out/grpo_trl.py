@@ -194,11 +194,6 @@ def main():
     if state.is_main_process:
         (Path(config.output_dir) / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
         print(json.dumps({k: v for k, v in metrics.items() if k != "history"}))
-    # every rank done, then the process group closed before exit: once in our CI, after a complete
-    # run, a rank aborted with "terminate called without an active exception", which is how gloo can
-    # end when the interpreter's shutdown tears the group down (pytorch/pytorch#65231)
-    state.wait_for_everyone()
-    state.destroy_process_group()
 
 
 if __name__ == "__main__":
