@@ -1,11 +1,12 @@
 """The same code on a GPU (item 1 of the GPU checklist, docs/measurements.md): logits, sampled log-probs, every loss
 and advantage, value and gradient, equal on the CPU and on the accelerator; each trainer, and
 `evaluate`, runs on it with the CPU generator it is given: the policy-gradient trainers, SFT, DPO
-(its reference on the same device), RAFT, GAIL and best-of-N (whose exact distribution takes tensors
-on the device too). On MPS, which has no float64, whatever computes in float64 either works or is
-refused by minirl with a clear error, never by torch. Skipped where there is no CUDA (or MPS)
-device. Tolerances: 1e-4 on logits and log-probs of the tiny GPT (fp32 kernels differ in their
-summation order), 1e-5 on the losses and advantages of small float32 tensors.
+(its reference on the same device), RAFT, GAIL, best-of-N (whose exact distribution takes tensors
+on the device too) and GRPO on multi-turn episodes with the calculator. On MPS, which has no
+float64, whatever computes in float64 either works or is refused by minirl with a clear error,
+never by torch. Skipped where there is no CUDA (or MPS) device. Tolerances: 1e-4 on logits and
+log-probs of the tiny GPT (fp32 kernels differ in their summation order), 1e-5 on the losses and
+advantages of small float32 tensors.
 """
 import math
 import os
@@ -231,6 +232,32 @@ def test_best_of_n_samples_on_the_device_and_keeps_each_groups_best(device):
         assert out.best[i].item() == i * n + group.index(max(group))
     picked = bon.select_best(out.scores.to(device), n)
     assert picked.device.type == device and picked.tolist() == out.best.tolist()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_multi_turn_episodes_on_the_device_have_the_cpu_models_log_probs(device):
+    """Episodes sampled on the device (a CPU generator) with a calculator whose calls end at the
+    digit 5, which the base model writes often: the policy's tokens have the CPU model's log-probs
+    on the same tokens, the calculator's have none."""
+    from minirl.lm.multiturn import calls, sample_episodes
+    from minirl.world import tools
+
+    acc = minirl.load_model("base", device=device)
+    out = sample_episodes(acc, ["q: 38+47= a:", "q: 40+15= a:", "q: 7+5= a:"], tools.Calculator(call_end="5"),
+                          group_size=4, max_new_tokens=tools.MAX_NEW_TOKENS, generator=torch.Generator().manual_seed(0))
+    assert out.tokens.device.type == device and int(calls(out).sum()) > 0
+    with torch.no_grad():
+        want = completion_logprobs(minirl.load_model("base"), moved(out, "cpu"))
+    policy = out.policy_mask.cpu()
+    assert (policy * (out.logprobs.cpu() - want)).abs().max().item() <= 1e-4
+    assert float(((1 - out.action_mask.cpu()) * out.mask.cpu() * out.logprobs.cpu()).abs().sum()) == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_grpo_trains_with_the_calculator_on_the_device(device):
+    policy = minirl.load_model("base", device=device)
+    history = train_grpo(policy, tasks.tool_task(cost=0.1), GRPOConfig(steps=2, prompts_per_step=2, group_size=4))
+    assert len(history) == 2 and all(math.isfinite(h["reward"]) for h in history) and on_device(policy, device)
 
 
 @needs_cuda
