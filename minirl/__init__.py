@@ -25,7 +25,7 @@ list (tests/test_layout.py checks it):
                 reward_design, distillation
   train       the trainers and lesson 08's measurements
                 training, pg, ppo, grpo, sft, reward_model, dpo, best_of_n, raft, gail, rlhf,
-                overoptimization; commands pretrain, reward_models, sft_model
+                overoptimization; commands pretrain, reward_models, sft_model, tool_model
   course      exercise checkers; the instructor's commands (course.commands, course.site)
 
 Homework's names stay where they have always been: minirl.ops, minirl.kl, minirl.advantages,
@@ -34,7 +34,8 @@ tests/test_public_surface.py freezes the public names and signatures.
 
 Commands: python -m minirl.course (open, hand out, grade), python -m minirl.world (the world's
 files), python -m minirl.train.pretrain, python -m minirl.train.reward_models, python -m
-minirl.train.sft_model (the shipped checkpoints), python -m minirl.course.site (the static site).
+minirl.train.sft_model, python -m minirl.train.tool_model (the shipped checkpoints), python -m
+minirl.course.site (the static site).
 """
 import sys
 

@@ -22,6 +22,7 @@ MANIFEST = "MANIFEST.json"
 REBUILD_COMMANDS = {
     "checkpoints/rm_": "python -m minirl.train.reward_models",
     "checkpoints/sft": "python -m minirl.train.sft_model",
+    "checkpoints/tool": "python -m minirl.train.tool_model",
     "checkpoints/": "python -m minirl.train.pretrain",
     "": "python -m minirl.world",
 }

@@ -226,7 +226,7 @@ class GPT(nn.Module):
 
 
 # ---------------------------------------------------------------- checkpoints
-CHECKPOINTS = {"base": "checkpoints/base.pt", "sft": "checkpoints/sft.pt"}
+CHECKPOINTS = {"base": "checkpoints/base.pt", "sft": "checkpoints/sft.pt", "tool": "checkpoints/tool.pt"}
 
 
 def save_checkpoint(model: GPT, path) -> None:
