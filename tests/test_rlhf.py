@@ -210,6 +210,8 @@ def test_response_batch_by_hand():
     ids, mask = sequences.response_batch([([1, 2, 3, 4], 2), ([5, 6], 1)], pad=9, device="cpu")
     assert ids.tolist() == [[1, 2, 3, 4], [5, 6, 9, 9]]
     assert mask.tolist() == [[0, 1, 1], [1, 0, 0]]  # targets ids[:, 1:]: 3 and 4, then 6
+    ids, mask = sequences.response_batch([([1, 2, 3, 4, 5], 1, [2, 3]), ([5, 6], 1, [])], pad=9, device="cpu")
+    assert mask.tolist() == [[1, 0, 0, 1], [1, 0, 0, 0]]  # 3 and 4 an environment wrote: context, not targets
 
 
 def test_sft_loss_is_the_mean_over_response_tokens_only(base, enc):

@@ -58,3 +58,25 @@ def test_a_demonstration_replayed_through_the_sampler_gets_the_calculators_answe
         assert enc.encode_ordinary(tools.CALL_END) == [enc.encode_ordinary(call)[-1]]  # '=' closes the call as one token
         assert call + calc.respond(f"q: {a}+{b}= a:", call).text + f" {a + b}" == episode
 
+
+
+def test_demo_tokens_are_the_sampled_episodes_tokens_with_the_calculators_marked():
+    """A demonstration's items are the tokens `sample_episodes` feeds for the same episode (the
+    calculator's answer encoded alone), and the positions marked are exactly those tokens."""
+    enc = minirl.load_tokenizer()
+    demos = [{"prompt": "q: 47+38= a:", "completion": " [47+38=85] 85"}, {"prompt": "q: 5+9= a:", "completion": " 14"},
+             {"prompt": "q: 5+9= a:", "completion": " [5+=?] 14"}]
+    items = tools.demo_tokens(demos, enc)
+    for d, (ids, prompt_len, env) in zip(demos, items):
+        prompt = enc.encode_ordinary(d["prompt"])
+        assert ids[:prompt_len] == prompt and ids[-1] == enc.eot_token
+        if "[" not in d["completion"]:
+            assert env == [] and ids[prompt_len:-1] == enc.encode_ordinary(d["completion"])
+            continue
+        call, rest = d["completion"].split("=", 1)
+        answer, after = rest.split("]", 1)
+        want = [enc.encode_ordinary(call + "="), enc.encode_ordinary(answer + "]"), enc.encode_ordinary(after)]
+        assert ids[prompt_len:-1] == [t for part in want for t in part]
+        start = prompt_len + len(want[0])
+        assert env == list(range(start, start + len(want[1])))
+        assert enc.decode([ids[i] for i in env]) == answer + "]"

@@ -94,14 +94,18 @@ def response_mask(seqs: list[list[int]], prompt_lengths: list[int], T: int, devi
     return mask
 
 
-def response_batch(items: list[tuple[list[int], int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def response_batch(items: list[tuple], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokenized demos as ids (B, T), right-padded with `pad`, and the mask (B, T-1) of the targets
     ids[:, 1:] to learn: 1 on response tokens (EOS included), 0 on the prompt and the padding.
     Position t of prompt + completion predicts token t + 1, so the first target counted is the
-    completion's first token."""
-    seqs, prompt_lens = zip(*items)
-    ids = right_pad(list(seqs), pad, device)  # (B, T)
-    return ids, response_mask(list(seqs), list(prompt_lens), ids.size(1), device)[:, 1:]
+    completion's first token. An item is (ids, prompt length), or (ids, prompt length, positions)
+    where `positions` index the ids an environment wrote (a tool's answer): context, never targets."""
+    seqs, prompt_lens = [item[0] for item in items], [item[1] for item in items]
+    ids = right_pad(seqs, pad, device)  # (B, T)
+    mask = response_mask(seqs, prompt_lens, ids.size(1), device)
+    for i, item in enumerate(items):
+        mask[i, list(item[2] if len(item) > 2 else ())] = 0.0
+    return ids, mask[:, 1:]
 
 
 PAIR_FORM = "each pair is a dict {'prompt', 'chosen', 'rejected'[, 'label']} of strings (label: P(chosen preferred))"

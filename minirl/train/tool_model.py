@@ -9,9 +9,10 @@ are the base model's own sample for that prompt, right or wrong. So SFT teaches 
 call and leaves when to call, and how well to add without one, about where the base model was:
 RL has a real decision to learn. The base model itself is never retrained (other lessons use it).
 
-Deviation from the RL side: SFT here clones the whole transcript, so the calculator's answer
-("85]") is a target too. The policy never writes those tokens once it runs with the calculator, and
-`minirl.train.grpo` keeps them out of its loss (`Rollout.policy_mask`).
+The calculator's answer ("85]") is context in the loss, not a target (`tools.demo_tokens`), as
+it is in RL (`Rollout.policy_mask`). Cloned as a target it taught the policy to write the sums
+itself: a model trained that way (same data and settings) got 70.5% of the held-out prompts right
+with the calculator answering and 70.5% with it silent, writing " [68+87=155] 155" on its own.
 """
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ from ..core import paths
 from ..lm import multiturn
 from ..lm.model import CHECKPOINTS, GPT, load_model, save_checkpoint
 from ..lm.sampling import sample
+from ..lm.tokenizer import PAD, load_tokenizer
 from ..world import tasks, tools
-from .sft import SFTConfig, train_sft
+from .sft import SFTConfig, fit
 
 __all__ = ["CONFIG", "base_samples", "tool_report", "build", "main"]
 
@@ -70,9 +72,9 @@ def build(seed: int = 0) -> dict:
     config = SFTConfig(**{**asdict(CONFIG), "seed": seed})
     task = tasks.tool_task()
     demos = tools.tool_demos(task.train_prompts, direct=base_samples(task.train_prompts, seed), seed=seed)
-    policy = load_model("base")
+    policy, enc = load_model("base"), load_tokenizer()
     start = time.time()
-    history = train_sft(policy, demos, config, desc="tool SFT")
+    history = fit(policy, tools.demo_tokens(demos, enc), config, enc.encode_single_token(PAD), desc="tool SFT")
     seconds = time.time() - start
     root = paths.data_dir()
     out = root / CHECKPOINTS["tool"]
@@ -82,7 +84,8 @@ def build(seed: int = 0) -> dict:
         "command": f"python -m minirl.train.tool_model --seed {seed}",
         "seed": seed,
         "data": f"{len(demos)} demonstrations on the training prompts: {sum('[' in d['completion'] for d in demos)} "
-                "call the calculator with the right sum, the others are the base model's own samples",
+                "call the calculator with the right sum, the others are the base model's own samples; the "
+                "calculator's answers are context, not targets",
         "settings": asdict(config),
         "train_seconds": round(seconds),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",

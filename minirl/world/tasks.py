@@ -97,7 +97,8 @@ def arithmetic_task() -> Task:
 def tool_task(cost: float = 0.0, max_calls: int = 1) -> Task:
     """Arithmetic with a calculator (`tools.Calculator`): the outcome, 1 for the right final answer,
     at the last token, and -cost for each call, on the token that ended it (the calculator's
-    per-turn reward). Gold: the share right, and the calls per episode."""
+    per-turn reward). Gold: the share right, and the calls per episode. max_calls: calls the
+    calculator answers per episode; 0, none (the same prompts and outcome without the tool)."""
     def token_rewards(rollout: Rollout, enc) -> torch.Tensor:
         return last_token_rewards(rollout, tools.tool_reward(rollout.prompts, rollout.texts))
 
@@ -107,7 +108,7 @@ def tool_task(cost: float = 0.0, max_calls: int = 1) -> Task:
 
     arithmetic = arithmetic_task()  # its prompts
     return Task("tool", arithmetic.train_prompts, arithmetic.test_prompts, tools.MAX_NEW_TOKENS, token_rewards, gold,
-                env=tools.Calculator(cost), max_calls=validate.integer("max_calls", max_calls))
+                env=tools.Calculator(cost), max_calls=validate.integer("max_calls", max_calls, minimum=0))
 
 
 def orders_task() -> Task:

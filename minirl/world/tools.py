@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 from ..core import validate
 from ..lm.multiturn import Reply
+from ..lm.sequences import DEMO_FORM, check_records
 from . import rewards
 
 __all__ = ["CALL_END", "MAX_NEW_TOKENS", "CALL", "EPISODE", "Calculator", "tool_episode", "parse_episode", "operands",
-           "without_call", "tool_reward", "tool_demos"]
+           "without_call", "tool_reward", "tool_demos", "demo_tokens"]
 
 CALL_END = "="  # the token that closes a call
 MAX_NEW_TOKENS = 20  # a call, its answer and a three-digit answer take 14 tokens with EOS
@@ -89,3 +90,23 @@ def tool_demos(prompts: list[str], direct: list[str] | None = None, call_share: 
     return [{"prompt": p, "completion": tool_episode(*operands(p), call=True) if rng.random() < call_share
              else (tool_episode(*operands(p), call=False) if direct is None else direct[i])}
             for i, p in enumerate(prompts)]
+
+
+def demo_tokens(demos: list[dict], enc) -> list[tuple[list[int], int, list[int]]]:
+    """Each demonstration as SFT items (`minirl.train.sft.fit`): (prompt + completion + EOS ids,
+    prompt length, the positions the calculator wrote). A call's parts are encoded apart, as
+    `sample_episodes` sees them: the policy's text up to "=", the calculator's answer, the rest.
+    The calculator's positions are context, not targets: cloning them would teach the policy to
+    write sums where the calculator writes them (the tool model's card says what that did)."""
+    check_records(demos, "demos", ("prompt", "completion"), DEMO_FORM)
+    items = []
+    for d in demos:
+        ids, env = enc.encode_ordinary(d["prompt"]), []
+        m = EPISODE.fullmatch(d["completion"])
+        cut = [] if m is None or m[1] is None else [m.start(2), m.end(2) + 1]  # the answer and its "]"
+        for i, (start, end) in enumerate(zip([0, *cut], [*cut, len(d["completion"])])):
+            part = enc.encode_ordinary(d["completion"][start:end])
+            env += list(range(len(ids), len(ids) + len(part))) if i == 1 else []
+            ids += part
+        items.append((ids + [enc.eot_token], len(enc.encode_ordinary(d["prompt"])), env))
+    return items
