@@ -1,5 +1,5 @@
-"""Training on multi-turn episodes: the environment's tokens stay out of the policy loss, and each
-call's reward lands on the token that ended it."""
+"""Training on multi-turn episodes: the environment's tokens stay out of the policy loss (GRPO's and
+the policy gradient's), and each call's reward lands on the token that ended it, or in the outcome."""
 import copy
 
 import pytest
@@ -79,12 +79,55 @@ def test_the_outcome_lands_on_the_last_token_and_each_calls_cost_on_its_call():
     assert task.gold(called) == {"correct": 1.0, "calls": 1.0}
 
 
-def test_grpo_trains_on_episodes_and_the_others_refuse_them():
+def test_outcome_only_costs_sum_to_the_same_return_at_the_last_token():
+    enc = minirl.load_tokenizer()
+    per_turn, outcome = tasks.tool_task(cost=0.25), tasks.tool_task(cost=0.25, per_turn=False)
+    assert outcome.env.cost == 0.0  # the calculator rewards nothing; the outcome carries the cost
+    pieces = [(" [47+38=", True), ("85]", False), (" 85", True)]
+    a = tasks.training_rewards(per_turn, rollout_of(enc, "q: 47+38= a:", pieces, -0.25), enc)[0]
+    b = tasks.training_rewards(outcome, rollout_of(enc, "q: 47+38= a:", pieces, 0.0), enc)[0]
+    assert a.sum().item() == b.sum().item() == 0.75 and b.tolist()[-1] == 0.75 and int((b != 0).sum()) == 1
+
+
+def reward_to_go_loop(rewards: list[float]) -> list[float]:
+    return [sum(rewards[t:]) for t in range(len(rewards))]
+
+
+@pytest.mark.parametrize("per_turn", [True, False])
+def test_a_policy_gradient_step_counts_only_the_policys_tokens(monkeypatch, per_turn):
+    """train_policy_gradient on episodes (reward_to_go, gamma 1): the surrogate it minimizes gets the
+    policy's log-probs on the policy's tokens and zero on the calculator's, the action mask as its
+    mask, and as advantages the returns-to-go of the per-token rewards, by a plain loop over each
+    row's tokens (a call's cost on its token, or in the outcome)."""
+    from minirl.train import pg
+    seen = []
+    real = pg.policy_gradient_loss
+    monkeypatch.setattr(pg, "policy_gradient_loss", lambda lp, a, m: seen.append((lp.detach(), a, m)) or real(lp, a, m))
+    batches = []
+    real_batches = pg.training_batches
+    monkeypatch.setattr(pg, "training_batches", lambda *a, **k: (batches.append(b) or b for b in real_batches(*a, **k)))
+    task = tasks.tool_task(cost=0.3, per_turn=per_turn)
+    train_policy_gradient(minirl.load_model("tool"), task, PGConfig(steps=1, prompts_per_step=4, group_size=4))
+    (_, rollout), (logprobs, advantages, mask) = batches[0], seen[0]
+    assert int(calls(rollout).sum()) > 0 and torch.equal(mask, rollout.action_mask)
+    assert float((logprobs * (1 - rollout.action_mask)).abs().sum()) == 0
+    right = tools.tool_reward(rollout.prompts, rollout.texts)
+    for b in range(len(rollout.texts)):
+        n, own = int(rollout.mask[b].sum()), rollout.action_mask[b].tolist()
+        r = [0.0] * n
+        for t in range(n - 1):
+            if per_turn and own[t] == 1.0 and own[t + 1] == 0.0:  # the token that ended a call
+                r[t] -= 0.3
+        r[n - 1] += right[b] - (0.0 if per_turn else 0.3 * int(calls(rollout)[b]))
+        assert torch.allclose(advantages[b, :n], torch.tensor(reward_to_go_loop(r)), atol=1e-6), b
+
+
+def test_pg_and_grpo_train_on_episodes_and_ppo_refuses_them():
     task = tasks.tool_task(cost=0.1)
-    policy = minirl.load_model("base")
-    history = train_grpo(policy, task, GRPOConfig(steps=2, prompts_per_step=2, group_size=4))
-    assert {"correct", "calls"} <= set(history[-1])
-    for train, config in ((train_policy_gradient, PGConfig(steps=1)), (train_ppo, PPOConfig(steps=1))):
-        with pytest.raises(ValueError, match="does not yet keep them out of its loss"):
-            train(minirl.load_model("base"), task, config)
+    for train, config in ((train_grpo, GRPOConfig(steps=2, prompts_per_step=2, group_size=4)),
+                          (train_policy_gradient, PGConfig(steps=2, prompts_per_step=2, group_size=4, estimator="gae"))):
+        history = train(minirl.load_model("base"), task, config)
+        assert {"correct", "calls"} <= set(history[-1])
+    with pytest.raises(ValueError, match="does not yet keep them out of its loss"):
+        train_ppo(minirl.load_model("base"), task, PPOConfig(steps=1))
     assert isinstance(task.env, tools.Calculator) and task.env.cost == 0.1

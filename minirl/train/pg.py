@@ -16,7 +16,11 @@ One loop, on-policy, one gradient step per batch:
     gae            A_t = GAE(gamma, lam) with a learned critic         (actor-critic)
 
 The critic is a separate copy of the starting model with a value head (lesson 04 discusses a
-head on the policy's own trunk instead); only the policy's gradients are clipped. Fixed steps,
+head on the policy's own trunk instead); only the policy's gradients are clipped.
+
+On multi-turn episodes (a task with an environment) the tokens the environment wrote are
+transitions, not actions: returns and the critic run over every token, while the surrogate, the
+KL and the entropy count the policy's tokens only (`Rollout.policy_mask`). Fixed steps,
 seeded, a progress bar in Jupyter; returns the metrics of every step.
 """
 from __future__ import annotations
@@ -105,7 +109,7 @@ def train_policy_gradient(policy: GPT, task: Task, config: PGConfig, tokenizer=N
                           reward_fn: RewardFn | None = None) -> list[dict]:
     """Train `policy` in place on `task` (its prompts and gold metrics); returns one dict of metrics
     per step. reward_fn: a TRL-style reward function to train on instead of the task's rewards."""
-    check_inputs(policy, task, config, PGConfig)
+    check_inputs(policy, task, config, PGConfig, multi_turn=True)
     enc = tokenizer or load_tokenizer()
     reference = frozen_reference(policy)
     opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)
@@ -116,16 +120,16 @@ def train_policy_gradient(policy: GPT, task: Task, config: PGConfig, tokenizer=N
     generator = torch.Generator().manual_seed(config.seed)
     history = []
     for step, rollout in training_batches(policy, task, config, generator, enc, desc=config.estimator):
-        mask = rollout.mask
+        mask, own = rollout.mask, rollout.policy_mask  # (B, T) every token; the policy's (not an environment's)
         task_rewards = training_rewards(task, rollout, enc, reward_fn)  # (B, T)
         logits = completion_logits(policy, rollout)  # (B, T, V), with gradient
-        logprobs = token_logprobs(logits, rollout.tokens) * mask
+        logprobs = token_logprobs(logits, rollout.tokens) * own
         with torch.no_grad():
-            kl = kl_k1(logprobs.detach(), completion_logprobs(reference, rollout)) * mask
+            kl = kl_k1(logprobs.detach(), completion_logprobs(reference, rollout)) * own
         rewards = task_rewards - config.beta * kl
         metrics = {"step": step, "reward": task_rewards.sum(1).mean().item(), "kl": kl.sum(1).mean().item(),
                    "kl_std": kl.sum(1).std().item(),  # spread of the per-completion estimates behind "kl"
-                   "entropy": masked_mean(entropy_from_logits(logits.detach()), mask).item(),
+                   "entropy": masked_mean(entropy_from_logits(logits.detach()), own).item(),
                    "length": mask.sum(1).mean().item(), "truncated": rollout.truncated.float().mean().item(),
                    **task.gold(rollout)}
         values = None
@@ -137,10 +141,10 @@ def train_policy_gradient(policy: GPT, task: Task, config: PGConfig, tokenizer=N
             metrics["value_loss"] = v_loss.item()
             values = values.detach()
         advantages = estimate_advantages(rewards, mask, config, values)
-        loss = policy_gradient_loss(logprobs, advantages, mask)
+        loss = policy_gradient_loss(logprobs, advantages, own)
         check_finite(loss, step)
         optimizer_step(opt, list(policy.parameters()), loss, config.max_grad_norm)
-        a = advantages[mask.bool()]
+        a = advantages[own.bool()]
         metrics.update(adv_mean=a.mean().item(), adv_std=a.std().item())
         history.append(metrics)
     policy.eval()

@@ -32,7 +32,8 @@ def check_inputs(policy, task, config, config_type: type, multi_turn: bool = Fal
         raise TypeError(f"config must be a {config_type.__name__}, got {type(config).__name__}")
     if task.env is not None and not multi_turn:
         raise ValueError(f"task {task.name!r} has an environment that writes tokens into the episode; "
-                         f"the trainer of {config_type.__name__} does not yet keep them out of its loss: train with train_grpo")
+                         f"the trainer of {config_type.__name__} does not yet keep them out of its loss: "
+                         "train with train_grpo or train_policy_gradient")
 
 
 def check_config(config) -> None:

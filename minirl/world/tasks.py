@@ -94,21 +94,28 @@ def arithmetic_task() -> Task:
     return Task("arithmetic", prompts("train"), prompts("test"), grammar.MAX_NEW_TOKENS["arithmetic"], token_rewards, gold)
 
 
-def tool_task(cost: float = 0.0, max_calls: int = 1) -> Task:
+def tool_task(cost: float = 0.0, max_calls: int = 1, per_turn: bool = True) -> Task:
     """Arithmetic with a calculator (`tools.Calculator`): the outcome, 1 for the right final answer,
     at the last token, and -cost for each call, on the token that ended it (the calculator's
-    per-turn reward). Gold: the share right, and the calls per episode. max_calls: calls the
-    calculator answers per episode; 0, none (the same prompts and outcome without the tool)."""
+    per-turn reward); with per_turn=False the calls' costs are summed into the outcome instead (the
+    same return, all of it at the last token). Gold: the share right, and the calls per episode.
+    max_calls: calls the calculator answers per episode; 0, none (the same prompts and outcome
+    without the tool)."""
     def token_rewards(rollout: Rollout, enc) -> torch.Tensor:
-        return last_token_rewards(rollout, tools.tool_reward(rollout.prompts, rollout.texts))
+        outcome = tools.tool_reward(rollout.prompts, rollout.texts)
+        if not per_turn:
+            outcome = [r - cost * n for r, n in zip(outcome, multiturn.calls(rollout).tolist())]
+        return last_token_rewards(rollout, outcome)
 
     def gold(rollout: Rollout) -> dict[str, float]:
         correct = tools.tool_reward(rollout.prompts, rollout.texts)
         return {"correct": sum(correct) / len(correct), "calls": multiturn.calls(rollout).float().mean().item()}
 
+    validate.number("cost", cost)
     arithmetic = arithmetic_task()  # its prompts
     return Task("tool", arithmetic.train_prompts, arithmetic.test_prompts, tools.MAX_NEW_TOKENS, token_rewards, gold,
-                env=tools.Calculator(cost), max_calls=validate.integer("max_calls", max_calls, minimum=0))
+                env=tools.Calculator(cost if per_turn else 0.0),
+                max_calls=validate.integer("max_calls", max_calls, minimum=0))
 
 
 def orders_task() -> Task:
