@@ -118,3 +118,4 @@ benchmark: install
 	$(BIN)/python benchmarks/grpo_vs_trl.py
 	$(BIN)/python benchmarks/dpo_vs_trl.py
 	$(BIN)/python benchmarks/rlhf_ppo_step.py
+	$(BIN)/python benchmarks/multiturn.py
