@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from minirl import advantages
 from minirl.advantages import gae, prompt_mean_baseline, reward_to_go
 
 
@@ -190,3 +191,35 @@ def test_junk_on_padding_reaches_neither_returns_nor_gradients(batch, value):
     for want, got in zip(run(clean_r, clean_v), run(junk_r, junk_v)):
         assert torch.equal(want, got)
         assert torch.isfinite(got).all()
+
+
+def turn_returns_loop(rewards, turns, gamma):
+    """Per row: each turn's summed reward, then G_k = sum_{j>=k} gamma^(j-k) R_j, in plain Python."""
+    out = []
+    for r_row, t_row in zip(rewards.tolist(), turns.tolist()):
+        n = max(t_row) + 1
+        R = [sum(r for r, t in zip(r_row, t_row) if t == k) for k in range(n)]
+        out.append([sum(gamma ** (j - k) * R[j] for j in range(k, n)) for k in range(n)])
+    K = max(len(row) for row in out)
+    return torch.tensor([row + [0.0] * (K - len(row)) for row in out], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.9, 0.0])
+def test_turn_returns_equal_a_plain_loop_and_ignore_padding(gamma):
+    g = torch.Generator().manual_seed(3)
+    rewards = torch.randn(4, 9, generator=g, dtype=torch.float64)
+    turns = torch.tensor([[0, 0, 0, 1, 1, 1, 2, 2, 2], [0, 0, 1, 1, -1, -1, -1, -1, -1],
+                          [0, -1, -1, -1, -1, -1, -1, -1, -1], [0, 0, 0, 0, 0, 1, 1, -1, -1]])
+    rewards[turns < 0] = 100.0  # junk on the padding must not count
+    got = advantages.turn_returns(rewards, turns, gamma)
+    assert got.shape == (4, 3) and torch.allclose(got, turn_returns_loop(rewards, turns, gamma), atol=1e-12)
+    one_turn = torch.zeros_like(turns)
+    assert torch.allclose(advantages.turn_returns(rewards, one_turn, gamma)[:, 0], rewards.sum(1))
+
+
+def test_turn_returns_refuse_what_is_not_a_turn_index():
+    r = torch.zeros(1, 3)
+    with pytest.raises(ValueError, match="integer tensor"):
+        advantages.turn_returns(r, torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=">= 0"):
+        advantages.turn_returns(r, torch.tensor([[-1, -1, -1]]))

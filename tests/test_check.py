@@ -393,3 +393,49 @@ def test_lesson_13_checkers_pass_the_package_and_name_each_mistake(capsys):
                         "population std": population,
                         "NaN or inf": lambda r, w: (((r - r.mean(0)) / r.std(0)) * w).sum(-1)}.items():
         assert mistake in verdict(capsys, check.normalize_then_sum, fn), mistake
+
+
+def test_lesson_14_checkers_pass_the_package_and_name_each_mistake(capsys):
+    """turn_returns: minirl.advantages.turn_returns passes through a student's wrapper; action_mask: a
+    loop written here passes, and so do the masks the multi-turn sampler returns for the same tokens;
+    each planted mistake is named."""
+    from minirl import advantages
+
+    def turns_by_package(rewards, turns, gamma):
+        return advantages.turn_returns(torch.tensor([rewards], dtype=torch.float64), torch.tensor([turns]), gamma)[0]
+
+    assert verdict(capsys, check.turn_returns, turns_by_package).startswith("PASS turn_returns: 4 cases")
+
+    def per_token(rewards, turns, gamma):
+        g, out = 0.0, {}
+        for r, t in reversed([(r, t) for r, t in zip(rewards, turns) if t >= 0]):
+            g = r + gamma * g
+            out[t] = g
+        return [out[k] for k in sorted(out)]
+
+    def with_padding(rewards, turns, gamma):
+        return turns_by_package(rewards, [max(t, 0) for t in turns], gamma)
+
+    for mistake, fn in {"Discounted per token": per_token, "padding (turn -1) is counted": with_padding}.items():
+        assert mistake in verdict(capsys, check.turn_returns, fn), mistake
+
+    def mask(tokens, call_end, lengths, end_is_env=False, answers_call=False):
+        out, pending, k = [], 0, 0
+        for t in tokens:
+            calls = t == call_end and k < len(lengths)
+            if pending:
+                out.append(0)
+                pending -= 1
+                if not (answers_call and calls):
+                    continue
+            else:
+                out.append(0 if end_is_env and calls else 1)
+            if calls:
+                pending, k = lengths[k], k + 1
+        return out
+
+    assert verdict(capsys, check.action_mask, mask).startswith("PASS action_mask: 6 cases")
+    for mistake, fn in {"The call end itself": lambda t, c, n: mask(t, c, n, end_is_env=True),
+                        "inside the environment's answer": lambda t, c, n: mask(t, c, n, answers_call=True),
+                        "Every token is marked": lambda t, c, n: [1] * len(t)}.items():
+        assert mistake in verdict(capsys, check.action_mask, fn), mistake

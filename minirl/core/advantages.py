@@ -15,7 +15,7 @@ import torch
 from . import validate
 from .ops import check_float, check_mask, zero_padding
 
-__all__ = ["reward_to_go", "gae", "prompt_mean_baseline", "group_normalize", "leave_one_out"]
+__all__ = ["reward_to_go", "turn_returns", "gae", "prompt_mean_baseline", "group_normalize", "leave_one_out"]
 
 
 def _check(rewards: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float = 1.0) -> torch.Tensor:
@@ -45,6 +45,25 @@ def reward_to_go(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) 
         running = r[:, t] + gamma * running
         out[:, t] = running
     return out * m
+
+
+def turn_returns(rewards: torch.Tensor, turns: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """The return from each turn of multi-turn episodes: (B, T) per-token rewards and (B, T) the
+    turn of each token (`minirl.lm.multiturn.turns`: 0, 1, ..., -1 after EOS) -> (B, K), K the most
+    turns of a row. A turn's reward R_k is the sum of its tokens' rewards; G_k = sum_{j >= k}
+    gamma^(j-k) R_j, discounted per turn, not per token; 0 past a row's last turn."""
+    check_float("rewards", rewards)
+    if turns.shape != rewards.shape or turns.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"turns must be an integer tensor of rewards' shape {tuple(rewards.shape)}, the turn of each "
+                         f"token (minirl.lm.multiturn.turns); got {turns.dtype} {tuple(turns.shape)}")
+    if bool((turns < -1).any()) or bool((turns.max(dim=1).values < 0).any()):
+        raise ValueError("turns must be >= 0 on each row's tokens and -1 on its padding, with at least one token a row")
+    K = int(turns.max()) + 1
+    real = turns >= 0  # (B, T)
+    per_turn = torch.zeros(rewards.size(0), K, dtype=rewards.dtype, device=rewards.device)
+    per_turn.scatter_add_(1, turns.clamp(min=0), torch.where(real, rewards, torch.zeros_like(rewards)))  # (B, K) R_k
+    turn_mask = (torch.arange(K, device=rewards.device) <= turns.max(dim=1, keepdim=True).values).to(rewards.dtype)
+    return reward_to_go(per_turn, turn_mask, gamma)
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 0.95):

@@ -35,7 +35,7 @@ __all__ = [
     "group_advantages", "kl_k3", "bradley_terry_loss", "elo_update", "accuracy_ceiling", "sft_loss", "select_best",
     "best_of_n_kl_bound", "dpo_loss", "sequence_logprob", "soft_value_iteration", "gail_discriminator_loss",
     "importance_weights", "positions_from_mask", "zero_model_states", "truncated_is_weights", "sequence_ratio",
-    "first_order_entropy_change", "normalize_then_sum",
+    "first_order_entropy_change", "normalize_then_sum", "action_mask", "turn_returns",
 ]
 
 TOLERANCE = 1e-6
@@ -1095,3 +1095,80 @@ def normalize_then_sum(student_fn) -> None:
                   "Use .std() (unbiased, torch's default).", _gives(lambda r, w: _loop_normalize_then_sum(r, w, ddof=0))),
              Trap("NaN or inf: a column equal across the group has std 0.", "Add 1e-4 to the std before dividing.", _not_finite))
     run_cases("normalize_then_sum", student_fn, _loop_normalize_then_sum, cases, traps=traps)
+
+
+# ---------------------------------------------------------------- lesson 14
+def _loop_action_mask(tokens: list[int], call_end: int, reply_lengths: list[int], after_end: bool = True,
+                      replies_count: bool = False) -> list[int]:
+    """1 where the policy wrote the token, 0 where the environment did: after each call_end the
+    policy writes (while answers remain), the next reply_lengths[k] tokens are the k-th answer."""
+    out, pending, answered = [], 0, 0
+    for tok in tokens:
+        if pending:
+            out.append(0)
+            pending -= 1
+            if replies_count and tok == call_end and answered < len(reply_lengths):  # the trap: an answer's token calls
+                pending, answered = reply_lengths[answered], answered + 1
+            continue
+        out.append(1 if after_end else 0 if tok == call_end and answered < len(reply_lengths) else 1)
+        if tok == call_end and answered < len(reply_lengths):
+            pending, answered = reply_lengths[answered], answered + 1
+    return out
+
+
+def _action_mask_cases() -> list[tuple[str, tuple]]:
+    # ids: 7 is the call end; 3 and 4 are ordinary tokens; 9 stands for EOS
+    return [("no call", ([3, 4, 3, 9], 7, [])),
+            ("one call, a two-token answer", ([3, 7, 4, 4, 3, 9], 7, [2])),
+            ("two calls", ([7, 4, 3, 7, 4, 4, 4, 3, 9], 7, [1, 3])),
+            ("the answer contains the call end", ([3, 7, 7, 4, 3, 7, 4, 9], 7, [2, 1])),
+            ("a call end after the last answered call", ([7, 4, 3, 7, 3, 9], 7, [1])),
+            ("cut off inside the answer", ([3, 7, 4], 7, [3]))]
+
+
+def action_mask(student_fn) -> None:
+    """Check action_mask(tokens, call_end, reply_lengths) -> a list of 0/1, one per token of one
+    episode's completion: 1 where the policy wrote it (the call end too), 0 on the k-th answer's
+    reply_lengths[k] tokens after the k-th call end; a call end inside an answer, or after the
+    last answered call, is not a call."""
+    def cut(fn):
+        return lambda tokens, call_end, lengths: fn(tokens, call_end, lengths)[:len(tokens)]
+    traps = (Trap("The call end itself is marked as the environment's: the policy wrote it, ending its turn.",
+                  "Mark the call end 1; the environment's tokens start after it.",
+                  _gives(cut(lambda t, c, n: _loop_action_mask(t, c, n, after_end=False)))),
+             Trap("A call end inside the environment's answer started another call.",
+                  "Only a token the policy wrote can end a call: count down the answer first.",
+                  _gives(cut(lambda t, c, n: _loop_action_mask(t, c, n, replies_count=True)))),
+             Trap("Every token is marked as the policy's.", "Mark the answers' tokens 0.",
+                  lambda got, want, args: bool((got == 1).all())))
+    run_cases("action_mask", student_fn, _loop_action_mask, _action_mask_cases(), tolerance=0, traps=traps)
+
+
+def _loop_turn_returns(rewards: list[float], turns: list[int], gamma: float, per_token: bool = False) -> list[float]:
+    """One row: the summed reward of each turn, then G_k = sum_{j>=k} gamma^(j-k) R_j (per turn);
+    with per_token, the discount counts tokens instead (the trap)."""
+    n = max(turns) + 1
+    if per_token:
+        g, out = 0.0, {}
+        for r, t in reversed([(r, t) for r, t in zip(rewards, turns) if t >= 0]):
+            g = r + gamma * g
+            out[t] = g
+        return [out[k] for k in range(n)]
+    R = [sum(r for r, t in zip(rewards, turns) if t == k) for k in range(n)]
+    return [sum(gamma ** (j - k) * R[j] for j in range(k, n)) for k in range(n)]
+
+
+def turn_returns(student_fn) -> None:
+    """Check turn_returns(rewards, turns, gamma) -> one return per turn of one episode: rewards and
+    turns (0, 1, ...; -1 after EOS) per token; a turn's reward is the sum over its tokens, and
+    G_k = sum_{j >= k} gamma^(j-k) R_j, discounted per turn."""
+    cases = [("one turn, the outcome at the end", ([0.0, 0.0, 1.0], [0, 0, 0], 1.0)),
+             ("a call's cost, then the outcome", ([0.0, -0.3, 0.0, 0.0, 1.0], [0, 0, 0, 1, 1], 1.0)),
+             ("discounted per turn", ([0.0, -0.3, 0.0, 0.0, 1.0], [0, 0, 0, 1, 1], 0.5)),
+             ("three turns and padding with junk", ([0.5, -0.1, 0.2, 0.0, 2.0, 9.0, 9.0], [0, 0, 1, 1, 2, -1, -1], 0.9))]
+    traps = (Trap("Discounted per token: gamma counts tokens, but here it counts turns.",
+                  "Sum each turn's rewards first, then discount from turn to turn.",
+                  _gives(lambda r, t, gm: _loop_turn_returns(r, t, gm, per_token=True))),
+             Trap("The padding (turn -1) is counted.", "Leave out the tokens whose turn is -1.",
+                  _gives(lambda r, t, gm: _loop_turn_returns(r, [max(x, 0) for x in t], gm))))
+    run_cases("turn_returns", student_fn, _loop_turn_returns, cases, traps=traps)
