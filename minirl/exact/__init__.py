@@ -11,8 +11,10 @@ gradient and optimum is a finite sum.
     entropy       how a policy-gradient step changes each state's entropy (a covariance)
     reward_design  a format bonus, two rewards combined, a random reward, under group normalization
     distillation  on-policy distillation, SFT on a teacher's samples and RL: expected updates and noise
+    micro_env     an environment's turn: its tokens are transitions, not actions; the as-if gradient's bias
 """
-from . import distillation, entropy, group_updates, imitation, irl, mdp, micro, micro_dpo, micro_gail, reward_design
+from . import (distillation, entropy, group_updates, imitation, irl, mdp, micro, micro_dpo, micro_env, micro_gail,
+               reward_design)
 
-__all__ = ["distillation", "entropy", "group_updates", "imitation", "irl", "mdp", "micro", "micro_dpo", "micro_gail",
-           "reward_design"]
+__all__ = ["distillation", "entropy", "group_updates", "imitation", "irl", "mdp", "micro", "micro_dpo", "micro_env",
+           "micro_gail", "reward_design"]
