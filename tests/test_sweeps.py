@@ -376,3 +376,19 @@ def test_rerunning_one_forgetting_point_holds_the_lessons_claims():
     for family in script.OTHERS:
         valid = compare.at_kl([r["pass1"] for r in rows], [r[f"valid_{family}"] for r in rows], [0.55, 0.60])
         assert min(valid) >= 0.95, (family, valid)
+
+
+def test_tools_csvs_cover_every_job():
+    """Lesson 14's runs with the calculator: every tuning and reported run, at the rates the tuning
+    chose, evaluated every EVAL_EVERY steps from 0."""
+    script = load_script("tools")
+    tuning = script.read_rows("tools_tuning")
+    evaluations = range(0, script.STEPS + 1, script.EVAL_EVERY)
+    assert [(r["run"], r["seed"], r["lr"], r["step"]) for r in tuning] == [
+        (*job, step) for job in script.tuning_jobs() for step in evaluations]
+    rows = script.read_rows("tools")
+    assert [(r["run"], r["seed"], r["lr"], r["step"]) for r in rows] == [
+        (*job, step) for job in script.jobs(script.tuned_rates(tuning)) for step in evaluations]
+    for name in ("tools_tuning", "tools"):
+        with open(SWEEPS / f"{name}.csv") as f:
+            assert next(csv.reader(f)) == script.FIELDS

@@ -378,12 +378,12 @@ class MicroEnvMDP:
         for t in range(self.horizon + 1):
             if n == 0 or not alive.any():
                 break
-            w = torch.multinomial(probs[h], 1, generator=generator).squeeze(1)
-            tokens[:, t] = torch.where(alive, w, -1)
-            alive &= self.child[h, w] >= 0
-            h = torch.where(alive, self.child[h, w], h)
+            k = torch.multinomial(probs[h], 1, generator=generator).squeeze(1)  # (n,) the next token
+            tokens[:, t] = torch.where(alive, k, -1)
+            alive &= self.child[h, k] >= 0
+            h = torch.where(alive, self.child[h, k], h)
         out = []
         for i, row in zip(prompt.tolist(), tokens.tolist()):
-            key = (self.prompts[i], tuple(self.vocab[w] for w in row if w >= 0))
+            key = (self.prompts[i], tuple(self.vocab[k] for k in row if k >= 0))
             out.append(self.episodes[self.episode_index[key]])
         return out
