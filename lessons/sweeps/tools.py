@@ -7,8 +7,8 @@ command:
 
 The runs ("variants"): `cost-C` trains on `tasks.tool_task(cost=C)`, the outcome (1 for the right
 final answer) plus -C on each call; `no-tool` trains the same model on the same prompts with
-`max_calls=0`, so the calculator never answers (a call the policy writes is then its own text, and
-only its final answer counts); `cost-0.05-dr` is `cost-0.05` with Dr. GRPO's advantage (the group's
+`max_calls=0`, so the calculator never answers (a call the policy writes gets no answer, and the
+outcome reads the final answer of an episode in the calculator's format, `tools.tool_reward`); `cost-0.05-dr` is `cost-0.05` with Dr. GRPO's advantage (the group's
 mean subtracted, no division by its std). Every run starts from the tool model, with GRPO's
 defaults but the learning rate (and that advantage): STEPS steps of 16 prompts x 8 episodes, beta
 0.04. Each variant's rate is chosen the same way, before the sweep: the one of its grid (GRIDS)
