@@ -1,6 +1,7 @@
 """Training on multi-turn episodes: the environment's tokens stay out of the policy loss (GRPO's and
 the policy gradient's), and each call's reward lands on the token that ended it, or in the outcome."""
 import copy
+import math
 
 import pytest
 import torch
@@ -122,12 +123,46 @@ def test_a_policy_gradient_step_counts_only_the_policys_tokens(monkeypatch, per_
         assert torch.allclose(advantages[b, :n], torch.tensor(reward_to_go_loop(r)), atol=1e-6), b
 
 
-def test_pg_and_grpo_train_on_episodes_and_ppo_refuses_them():
+def test_every_policy_trainer_trains_on_episodes():
     task = tasks.tool_task(cost=0.1)
     for train, config in ((train_grpo, GRPOConfig(steps=2, prompts_per_step=2, group_size=4)),
-                          (train_policy_gradient, PGConfig(steps=2, prompts_per_step=2, group_size=4, estimator="gae"))):
+                          (train_policy_gradient, PGConfig(steps=2, prompts_per_step=2, group_size=4, estimator="gae")),
+                          (train_ppo, PPOConfig(steps=2, prompts_per_step=2, group_size=4, minibatches=2))):
         history = train(minirl.load_model("base"), task, config)
-        assert {"correct", "calls"} <= set(history[-1])
-    with pytest.raises(ValueError, match="does not yet keep them out of its loss"):
-        train_ppo(minirl.load_model("base"), task, PPOConfig(steps=1))
+        assert {"correct", "calls"} <= set(history[-1]) and all(math.isfinite(h["reward"]) for h in history)
     assert isinstance(task.env, tools.Calculator) and task.env.cost == 0.1
+
+
+def test_ppo_on_episodes_penalizes_and_updates_the_policys_tokens_only(monkeypatch):
+    """PPO's collection-time batch on calculator episodes, against a plain loop over each row's
+    tokens: the reward is -beta * (log pi_old - log pi_ref) on the policy's tokens, 0 on the
+    calculator's, and the score on the policy's last token; the advantages are whitened over the
+    policy's tokens; the clipped surrogate gets the action mask."""
+    from minirl.lm.sampling import completion_logprobs
+    from minirl.train import ppo as ppo_module
+    config = PPOConfig(steps=1, prompts_per_step=4, group_size=4, minibatches=1, beta=0.2)
+    policy = minirl.load_model("tool")
+    trainer = ppo_module.PPO(policy, config)
+    trainer.reference = minirl.load_model("base")  # a reference that differs from the policy: the KL is not 0
+    rollout = sample_episodes(policy, tasks.tool_task().test_prompts[:4], tools.Calculator(), max_new_tokens=20,
+                              group_size=4, generator=torch.Generator().manual_seed(3))
+    assert int(calls(rollout).sum()) > 0
+    score = torch.arange(16, dtype=torch.float32) / 8
+    batch = trainer.score_batch(rollout, score)
+    ref = completion_logprobs(minirl.load_model("base"), rollout)
+    for b in range(16):
+        n, own = int(rollout.mask[b].sum()), rollout.action_mask[b].tolist()
+        last = max(t for t in range(n) if own[t])
+        want = [-0.2 * (float(rollout.logprobs[b, t]) - float(ref[b, t])) if own[t] else 0.0 for t in range(n)]
+        want[last] += float(score[b])
+        assert torch.allclose(batch["rewards"][b, :n], torch.tensor(want), atol=1e-5), b
+    own = rollout.action_mask.bool()
+    assert abs(float(batch["advantages"][own].mean())) < 1e-5 and abs(float(batch["advantages"][own].std()) - 1) < 1e-2
+    seen = []
+    real = ppo_module.ppo_clip_loss
+    monkeypatch.setattr(ppo_module, "ppo_clip_loss", lambda lp, old, a, m, **k: seen.append(m) or real(lp, old, a, m, **k))
+    trainer.update(rollout, batch, 0)  # one minibatch: every row, in a shuffled order
+
+    def rows(x):
+        return sorted(map(tuple, x.tolist()))
+    assert rows(seen[0]) == rows(rollout.action_mask) != rows(rollout.mask)

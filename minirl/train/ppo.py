@@ -19,6 +19,12 @@ advantages), `epochs` (1: one pass over the batch, still in `minibatches` steps;
 minibatch too, the single step sees ratio 1 and PPO reduces to a policy-gradient step). The
 critic is a separate copy of the starting model with a zero-initialised value head, or, given
 `critic_from=` a reward model, a copy of the reward model (`minirl.lm.critic.from_reward_model`).
+
+On multi-turn episodes (a task with an environment) the environment's tokens are transitions, not
+actions: the KL penalty, the clipped surrogate, the whitening and the entropy count the policy's
+tokens only (`Rollout.policy_mask`), the score (the episode's rewards summed, the calls' costs
+included) lands on the policy's last token, and the critic
+and GAE run over every token (the environment's tokens are states too).
 """
 from __future__ import annotations
 
@@ -115,9 +121,10 @@ class PPOConfig:
 def rlhf_rewards(score: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
                  beta: float) -> torch.Tensor:
     """Per-token rewards (B, T): -beta * (log pi_old - log pi_ref) on every action token (k1), plus
-    the sequence score (B,) at each row's last action token. Summed, R_total = score - beta * KL."""
+    the sequence score (B,) at each row's last action token. Summed, R_total = score - beta * KL.
+    mask: 1 on the action tokens (in a multi-turn episode, the policy's: it may have holes)."""
     r = -beta * zero_padding(kl_k1(logprobs, ref_logprobs), mask)
-    last = mask.sum(dim=1).long() - 1
+    last = mask.size(1) - 1 - mask.flip(1).argmax(dim=1)  # (B,) the last 1 of each row
     r[torch.arange(r.size(0), device=r.device), last] += score
     return r
 
@@ -147,15 +154,15 @@ class PPO:
     @torch.no_grad()
     def score_batch(self, rollout: Rollout, score: torch.Tensor) -> dict[str, torch.Tensor]:
         """Everything the update needs that is fixed at collection time."""
-        c, mask = self.config, rollout.mask
+        c, mask, own = self.config, rollout.mask, rollout.policy_mask  # every token; the policy's
         ref_logprobs = completion_logprobs(self.reference, rollout)
-        rewards = rlhf_rewards(score, rollout.logprobs, ref_logprobs, mask, c.beta)
+        rewards = rlhf_rewards(score, rollout.logprobs, ref_logprobs, own, c.beta)
         values = completion_values(*self.critic, rollout)
         advantages, returns = adv.gae(rewards, values, mask, c.gamma, c.lam)
         if c.whiten:
-            advantages = masked_whiten(advantages, mask)
+            advantages = masked_whiten(advantages, own)
         return {"rewards": rewards, "values": values, "advantages": advantages, "returns": returns,
-                "kl": masked_sum(kl_k1(rollout.logprobs, ref_logprobs), mask, dim=1)}
+                "kl": masked_sum(kl_k1(rollout.logprobs, ref_logprobs), own, dim=1)}
 
     def update(self, rollout: Rollout, batch: dict[str, torch.Tensor], step: int) -> dict[str, float]:
         """`epochs` passes of `minibatches` shuffled minibatches; returns the mean diagnostics and
@@ -171,7 +178,7 @@ class PPO:
         for rows in itertools.chain.from_iterable(epochs):
             mb = rollout.select(rows)
             logprobs = token_logprobs(completion_logits(self.policy, mb), mb.tokens)
-            loss, diag = ppo_clip_loss(logprobs, mb.logprobs, batch["advantages"][rows], mb.mask,
+            loss, diag = ppo_clip_loss(logprobs, mb.logprobs, batch["advantages"][rows], mb.policy_mask,
                                        clip_eps=c.clip_eps if c.clip else math.inf)
             if c.target_kl is not None and diag["approx_kl"] > c.target_kl:
                 break
@@ -194,7 +201,7 @@ def train_ppo(policy: GPT, task: Task, config: PPOConfig, tokenizer=None, reward
     critic_from: a reward model to initialize the critic from (default: the policy, value 0).
     callback(metrics, policy): called after every step's update, e.g. to measure the policy every
     few steps; what it adds to `metrics` lands in the history."""
-    check_inputs(policy, task, config, PPOConfig)
+    check_inputs(policy, task, config, PPOConfig, multi_turn=True)
     if critic_from is not None and not isinstance(critic_from, RewardModel):
         raise TypeError(f"critic_from must be a minirl reward model (minirl.lm.reward_head.load_reward_model), got "
                         f"{type(critic_from).__name__}")
@@ -208,7 +215,7 @@ def train_ppo(policy: GPT, task: Task, config: PPOConfig, tokenizer=None, reward
         batch = ppo.score_batch(rollout, score)
         mask = rollout.mask
         with torch.no_grad():
-            entropy = masked_mean(entropy_from_logits(completion_logits(policy, rollout)), mask).item()
+            entropy = masked_mean(entropy_from_logits(completion_logits(policy, rollout)), rollout.policy_mask).item()
         metrics = {"step": step, "reward": score.mean().item(), "kl": batch["kl"].mean().item(),
                    "kl_std": batch["kl"].std().item(),  # spread of the per-completion estimates behind "kl"
                    "total_reward": batch["rewards"].sum(1).mean().item(), "entropy": entropy,
