@@ -97,16 +97,17 @@ def demo_tokens(demos: list[dict], enc) -> list[tuple[list[int], int, list[int]]
     prompt length, the positions the calculator wrote). A call's parts are encoded apart, as
     `sample_episodes` sees them: the policy's text up to "=", the calculator's answer, the rest.
     The calculator's positions are context, not targets: cloning them would teach the policy to
-    write sums where the calculator writes them (the tool model's card says what that did)."""
+    write sums where the calculator writes them (`minirl.train.tool_model`'s docstring says what that did)."""
     check_records(demos, "demos", ("prompt", "completion"), DEMO_FORM)
     items = []
     for d in demos:
-        ids, env = enc.encode_ordinary(d["prompt"]), []
+        ids = enc.encode_ordinary(d["prompt"])
+        prompt_len, env = len(ids), []
         m = EPISODE.fullmatch(d["completion"])
         cut = [] if m is None or m[1] is None else [m.start(2), m.end(2) + 1]  # the answer and its "]"
         for i, (start, end) in enumerate(zip([0, *cut], [*cut, len(d["completion"])])):
             part = enc.encode_ordinary(d["completion"][start:end])
             env += list(range(len(ids), len(ids) + len(part))) if i == 1 else []
             ids += part
-        items.append((ids + [enc.eot_token], len(enc.encode_ordinary(d["prompt"])), env))
+        items.append((ids + [enc.eot_token], prompt_len, env))
     return items
