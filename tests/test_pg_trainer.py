@@ -43,3 +43,17 @@ def test_estimators_on_a_hand_made_batch():
     assert got["group_mean"].tolist() == [[-0.5, -0.5, 0], [0.5, 0.5, 0.5], [0, 0, 0], [0, 0, 0]]
     with pytest.raises(ValueError, match="unknown estimator 'vtrace'"):
         dataclasses.replace(config, estimator="vtrace")
+
+
+def test_pg_callback_runs_once_per_step_after_the_update_and_its_additions_land_in_the_history():
+    policy, start, calls = minirl.load_model("base"), minirl.load_model("base"), []
+
+    def callback(metrics, model):
+        moved = any(not torch.equal(p, q) for p, q in zip(model.parameters(), start.parameters()))
+        calls.append((metrics["step"], model is policy, moved))
+        metrics["probe"] = 10 * metrics["step"]
+
+    history = train_policy_gradient(policy, tasks.arithmetic_task(), PGConfig(steps=2, prompts_per_step=2, group_size=2),
+                                    callback=callback)
+    assert calls == [(0, True, True), (1, True, True)]
+    assert [h["probe"] for h in history] == [0, 10]

@@ -26,6 +26,7 @@ seeded, a progress bar in Jupyter; returns the metrics of every step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -106,9 +107,12 @@ def estimate_advantages(rewards, mask, config: PGConfig, values=None) -> torch.T
 
 
 def train_policy_gradient(policy: GPT, task: Task, config: PGConfig, tokenizer=None,
-                          reward_fn: RewardFn | None = None) -> list[dict]:
+                          reward_fn: RewardFn | None = None,
+                          callback: Callable[[dict, GPT], None] | None = None) -> list[dict]:
     """Train `policy` in place on `task` (its prompts and gold metrics); returns one dict of metrics
-    per step. reward_fn: a TRL-style reward function to train on instead of the task's rewards."""
+    per step. reward_fn: a TRL-style reward function to train on instead of the task's rewards.
+    callback(metrics, policy): called after every step's update, as in `train_grpo`; what it adds to
+    `metrics` lands in the history."""
     check_inputs(policy, task, config, PGConfig, multi_turn=True)
     enc = tokenizer or load_tokenizer()
     reference = frozen_reference(policy)
@@ -146,6 +150,8 @@ def train_policy_gradient(policy: GPT, task: Task, config: PGConfig, tokenizer=N
         optimizer_step(opt, list(policy.parameters()), loss, config.max_grad_norm)
         a = advantages[own.bool()]
         metrics.update(adv_mean=a.mean().item(), adv_std=a.std().item())
+        if callback is not None:
+            callback(metrics, policy)
         history.append(metrics)
     policy.eval()
     return history

@@ -33,7 +33,7 @@ def check_inputs(policy, task, config, config_type: type, multi_turn: bool = Fal
     if task.env is not None and not multi_turn:
         raise ValueError(f"task {task.name!r} has an environment that writes tokens into the episode; "
                          f"the trainer of {config_type.__name__} does not yet keep them out of its loss: "
-                         "train with train_grpo or train_policy_gradient")
+                         "train with train_grpo, train_ppo or train_policy_gradient")
 
 
 def check_config(config) -> None:
