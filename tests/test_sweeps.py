@@ -394,6 +394,16 @@ def test_tools_csvs_cover_every_job():
             assert next(csv.reader(f)) == script.FIELDS
 
 
+def test_tools_variants_rerun_merges_rows_back_in_a_full_runs_order():
+    """`tools.py --variants` keeps the other variants' rows and puts the re-run ones where a run of
+    every variant writes them."""
+    script = load_script("tools")
+    rows = script.read_rows("tools")
+    for name in ("cost-0", "pg-outcome"):
+        kept, new = [r for r in rows if r["run"] != name], [r for r in rows if r["run"] == name]
+        assert script.merged(kept, new) == rows
+
+
 @pytest.mark.slow
 def test_rerunning_one_tools_point_holds_the_lessons_claims():
     """Lesson 14 re-runs (cost-0.2, seed 0) live; this re-runs (cost-0.05, seed 2, about 60 s) and
