@@ -155,8 +155,15 @@ def run_script(launcher: list[str], out: Path, *args: str) -> subprocess.Complet
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
+def aborted_at_teardown(done: subprocess.CompletedProcess) -> bool:
+    """A rank of a multi-rank CPU run that ended in Gloo's abort at interpreter shutdown, after the
+    run (about 1 in 20 two-rank runs here; scale_out/README.md): its results, written before, are
+    checked as any run's."""
+    return done.returncode != 0 and "terminate called without an active exception" in done.stderr
+
+
 def check_trl_run(done: subprocess.CompletedProcess, out: Path, world_size: int) -> dict:
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0 or (world_size > 1 and aborted_at_teardown(done)), done.stderr[-3000:]
     m = json.loads((out / "metrics.json").read_text())
     assert (m["world_size"], m["ranks"], m["steps"], m["completions_per_step"]) == (world_size, list(range(world_size)), 60, 128)
     assert (m["model_type"], m["position_fix"], m["chat_template"]) == ("gpt2", True, False)
@@ -164,6 +171,19 @@ def check_trl_run(done: subprocess.CompletedProcess, out: Path, world_size: int)
     assert m["pass@1_after"] - m["pass@1_before"] >= 0.10, m  # +0.153 to +0.179 on seeds 0-2, one and two ranks
     assert m["kl_max"] < 10, m  # 0.12-0.80 on those runs; 722 to 6,938 with TRL scoring GPT-2 at shifted positions
     return m
+
+
+def test_only_a_multi_rank_abort_at_teardown_is_let_through_to_the_result_checks(tmp_path):
+    def ended(rc, stderr):
+        return subprocess.CompletedProcess([], rc, "", stderr)
+
+    teardown = ended(-6, "...\nterminate called without an active exception\n")
+    assert aborted_at_teardown(teardown) and not aborted_at_teardown(ended(1, "Traceback ... ValueError"))
+    for done, world_size in ((teardown, 1), (ended(1, "Traceback ... ValueError"), 2)):
+        with pytest.raises(AssertionError):
+            check_trl_run(done, tmp_path, world_size)
+    with pytest.raises(FileNotFoundError):  # let through, the run's results are still read and checked
+        check_trl_run(teardown, tmp_path, world_size=2)
 
 
 @pytest.mark.slow
