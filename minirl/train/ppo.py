@@ -23,8 +23,8 @@ critic is a separate copy of the starting model with a zero-initialised value he
 On multi-turn episodes (a task with an environment) the environment's tokens are transitions, not
 actions: the KL penalty, the clipped surrogate, the whitening and the entropy count the policy's
 tokens only (`Rollout.policy_mask`), the score (the episode's rewards summed, the calls' costs
-included) lands on the policy's last token, and the critic
-and GAE run over every token (the environment's tokens are states too).
+included) lands on the policy's last token, and the critic and GAE run over every token (the
+environment's tokens are states too).
 """
 from __future__ import annotations
 
