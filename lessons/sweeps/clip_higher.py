@@ -2,7 +2,7 @@
 PPO's symmetric clip (0.2) and with DAPO's clip-higher (upper end 0.28), and what each does to the
 policy's entropy and to held-out pass@k from k = 1 to 64, against the base model. Recorded command:
 
-    OMP_NUM_THREADS=1 python lessons/sweeps/clip_higher.py            # 16 tuning and 9 reported runs: about 11 min on 2 cores
+    OMP_NUM_THREADS=1 python lessons/sweeps/clip_higher.py            # 16 tuning and 18 reported runs: about 15 min on 2 cores
     OMP_NUM_THREADS=1 python lessons/sweeps/clip_higher.py --only clip-higher 1   # one row, printed
 
 The comparison is kept fair:
@@ -13,7 +13,8 @@ The comparison is kept fair:
 - each one's learning rate chosen the same way, before the sweep: the one of GRID with the best
   mean held-out pass@1 over TUNING_SEEDS (clip_higher_tuning.csv; `minirl.core.compare.sweep_rate`,
   and a choice at the grid's end stops the sweep); the reported seeds (SEEDS) are not among them;
-- three seeds each, every run reported.
+- six seeds each, every run reported: each seed shared by both clips and the base model (the same
+  batches at step 0, the same evaluation samples' generator), so the comparisons are paired.
 
 Each run is judged on N_SAMPLES samples of each of the 300 held-out prompts (pass@k by the unbiased
 estimator for every k in KS; the number of prompts never solved in N_SAMPLES), and on the mean
@@ -40,7 +41,7 @@ from minirl.world.evaluate import pass_at_k, sample_family
 from minirl.world.tasks import arithmetic_task
 
 HERE = Path(__file__).parent
-STEPS, INNER_STEPS, SEEDS, N_SAMPLES = 60, 4, (0, 1, 2), 64
+STEPS, INNER_STEPS, SEEDS, N_SAMPLES = 60, 4, (0, 1, 2, 3, 4, 5), 64
 KS = (1, 2, 4, 8, 16, 32, 64)
 GRID, TUNING_SEEDS = (1.25e-4, 2.5e-4, 5e-4, 1e-3), (100, 101)
 RUNS = {"clip-0.2": None, "clip-higher": 0.28}  # clip_eps_high (None: the symmetric clip_eps = 0.2)

@@ -2,7 +2,7 @@
 verifier's reward) and by SFT (on correct answers to the training prompts), both watched on the
 world's other three families as they go. Recorded command:
 
-    OMP_NUM_THREADS=1 python lessons/sweeps/forgetting.py            # 16 tuning and 6 reported runs: about 9 min on 2 cores
+    OMP_NUM_THREADS=1 python lessons/sweeps/forgetting.py            # 16 tuning and 12 reported runs: about 12 min on 2 cores
     OMP_NUM_THREADS=1 python lessons/sweeps/forgetting.py --only sft 1   # one run's rows, printed
 
 Neither method has an anchor: GRPO runs with beta = 0 (no KL penalty), as SFT has none. Each
@@ -41,7 +41,7 @@ from minirl.world import datasets, grammar, rewards
 from minirl.world.tasks import arithmetic_task
 
 HERE = Path(__file__).parent
-SEEDS, TUNING_SEEDS = (0, 1, 2), (100, 101)
+SEEDS, TUNING_SEEDS = (0, 1, 2, 3, 4, 5), (100, 101)
 STEPS_RL, STEPS_SFT, EVAL_EVERY = 60, 60, 10
 N_ARITH, N_OTHER = 4, 256
 GRIDS = {"rl": (2.5e-4, 5e-4, 1e-3, 2e-3), "sft": (1e-4, 3e-4, 1e-3, 3e-3)}

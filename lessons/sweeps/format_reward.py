@@ -1,7 +1,7 @@
 """Lesson 13's format-reward runs on the tiny GPT: GRPO on arithmetic with the correctness reward
 alone, and with an additive format bonus of weight 0.001 and of weight 1. Recorded command:
 
-    OMP_NUM_THREADS=1 python lessons/sweeps/format_reward.py            # all 9 runs: about 4 min on 2 cores
+    OMP_NUM_THREADS=1 python lessons/sweeps/format_reward.py            # all 18 runs: about 8 min on 2 cores
     OMP_NUM_THREADS=1 python lessons/sweeps/format_reward.py --only format-1 1   # one run's last row, printed
 
 The format rule is section 2's on the micro world, carried over: an answer is `brief` when it has
@@ -11,8 +11,8 @@ The reward is `correct + weight * brief`.
 
 Every run: the base model, STEPS steps of 16 prompts x 8 completions, one gradient step per batch,
 beta 0.04, at lesson 06's learning rate LR (chosen there for GRPO without a bonus: the question
-is what adding the bonus to a working setup does, so nothing is re-tuned), three seeds. Every
-EVAL_EVERY steps the policy samples N_SAMPLES answers to each of the 300 held-out prompts: `correct`
+is what adding the bonus to a working setup does, so nothing is re-tuned), six seeds, each shared
+by the three weights (paired comparisons). Every EVAL_EVERY steps the policy samples N_SAMPLES answers to each of the 300 held-out prompts: `correct`
 (held-out accuracy, all prompts), `correct_long` (on the prompts whose sum is 100 or more),
 `brief` (share of answers with at most two digits). Rows go to format_reward.csv beside this file.
 """
@@ -33,7 +33,7 @@ from minirl.world.evaluate import sample_family
 from minirl.world.tasks import arithmetic_task
 
 HERE = Path(__file__).parent
-STEPS, EVAL_EVERY, SEEDS, N_SAMPLES, LR = 60, 10, (0, 1, 2), 8, 5e-4
+STEPS, EVAL_EVERY, SEEDS, N_SAMPLES, LR = 60, 10, (0, 1, 2, 3, 4, 5), 8, 5e-4
 RUNS = {"grpo": 0.0, "format-0.001": 1e-3, "format-1": 1.0}  # the bonus's weight
 FIELDS = ["run", "seed", "step", "correct", "correct_long", "brief"]
 

@@ -1,12 +1,28 @@
-"""Comparing runs the way a careful reader will check the comparison.
+"""Comparing runs the way a statistician will check the comparison.
 
-Every empirical comparison in the lessons and sweeps goes through these four functions:
+Every empirical comparison in the lessons and sweeps goes through this module. It follows Agarwal et
+al. (2021), "Deep Reinforcement Learning at the Edge of the Statistical Precipice" (the practice of
+their rliable library): report an effect's size with a confidence interval, not only a verdict; use the
+interquartile mean where a few runs can collapse; never read a verdict off one run per method. The
+resampling is `scipy.stats` (`bootstrap`, `permutation_test`), not written here.
 
-- `compare_seeds`: every seed's value shown, and a verdict ("A ahead") only when the seeds separate:
-  every seed of one method beyond every seed of the other. Under no difference, with the seeds
-  exchangeable, a complete separation of n_a and n_b runs happens by chance with probability
-  2 / C(n_a + n_b, n_a) (0.1 at three seeds each; 0.29 at two), which the verdict prints. Anything
-  less than a separation reads "no difference that these seeds can detect", with both ranges.
+- `paired`: two arms that share each seed (its prompts, batches, demonstrations or data). The
+  difference a - b per seed; its mean with a 95% percentile bootstrap interval; a two-sided sign-flip
+  permutation p-value, exact (every one of the 2^n sign patterns) up to 16 pairs. With n pairs the
+  smallest p the test can give is 2 / 2^n: 5 pairs cannot reach 0.05 (0.0625), 6 can (0.031).
+- `unpaired`: two arms with nothing shared. The probability of improvement P(a better than b) (ties
+  count one half; the Mann-Whitney statistic over n_a n_b) with a stratified bootstrap interval (each
+  arm resampled on its own), the difference of the means with its interval, and a two-sided permutation
+  p-value on the probability of improvement, exact over every split up to 100,000 of them. The smallest
+  possible p is 2 / C(n_a + n_b, n_a): 0.10 at 3 v 3, 0.0079 at 5 v 5; at 1 v 1 it is 1.
+- A verdict ("a ahead") only where p <= alpha (0.05) and the interval excludes no difference; anything
+  else reads "no difference that these seeds can detect", with the interval, and says when the seeds
+  could never have reached alpha. Values are compared as recorded: printing rounds, comparing does not.
+- `family`: a cell that makes k comparisons prints k beside every verdict, and adjusts their p-values
+  by Holm's step-down method (each verdict then holds with a family-wise error of alpha) unless its
+  seeds could not survive the adjustment, in which case each line says its p is unadjusted.
+- `iqm`: the interquartile mean (the mean of the middle half, `scipy.stats.trim_mean` at 0.25) with
+  its bootstrap interval: an aggregate that one collapsed run cannot drag.
 - `at_kl`: "at matched KL" read off one run's own trajectory: the metric where the run's KL first
   reaches each common level, interpolated between the two evaluations that straddle it (NaN if
   the run never gets there). Never bins that pool evaluations of different runs and steps.
@@ -14,15 +30,237 @@ Every empirical comparison in the lessons and sweeps goes through these four fun
   above a threshold), not by its last one.
 - `choose_rate`: a learning rate chosen on a grid by the mean score over tuning seeds that are not
   the reported ones; a choice at either end of the grid is flagged, because the grid does not
-  bracket the optimum and must be extended; the runner-up is compared with `compare_seeds`.
+  bracket the optimum and must be extended; the runner-up is compared with `paired` (the tuning
+  seeds are shared by every rate).
+- `compare_seeds`: the older separation rule (every seed of one arm beyond every seed of the other),
+  still read by the lessons whose sweeps have not yet been re-run on enough seeds for `paired` or
+  `unpaired`. It is unpaired and gives a verdict at 1 v 1; new comparisons do not use it.
+
+A diverged run (NaN) counts as the worst value in `unpaired` and `choose_rate`; a paired difference
+with a diverged run has no value, so `paired` refuses one and says to use `unpaired`.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-__all__ = ["Verdict", "compare_seeds", "at_kl", "Window", "window", "RateChoice", "choose_rate", "sweep_rate"]
+import numpy as np
+from scipy import stats
+
+__all__ = ["Comparison", "paired", "unpaired", "family", "holm", "Estimate", "iqm", "Verdict", "compare_seeds",
+           "at_kl", "Window", "window", "RateChoice", "choose_rate", "sweep_rate"]
+
+ALPHA, CONFIDENCE, RESAMPLES, EXACT_UP_TO = 0.05, 0.95, 10_000, 100_000
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two arms' per-seed values, the effect between them with its interval, and what they support.
+
+    effect: paired, the mean of a - b; unpaired, P(a better than b) (0.5: no difference).
+    difference: the mean of a minus the mean of b (NaN where a run diverged), with `difference_interval`.
+    p: two-sided permutation p-value (Holm-adjusted over `comparisons` where `adjusted`); smallest_p:
+    the least the design could give. leader: the arm ahead, or None."""
+    names: tuple[str, str]
+    values: tuple[tuple[float, ...], tuple[float, ...]]
+    is_paired: bool
+    higher_is_better: bool
+    effect: float
+    interval: tuple[float, float]
+    difference: float
+    difference_interval: tuple[float, float]
+    p: float
+    exact: bool
+    smallest_p: float
+    comparisons: int = 1
+    adjusted: bool = False
+    alpha: float = ALPHA
+
+    @property
+    def leader(self) -> str | None:
+        null = 0.0 if self.is_paired else 0.5  # no difference: a mean difference of 0, or P(a better) = 1/2
+        lo, hi = self.interval
+        if self.p > self.alpha or lo <= null <= hi:
+            return None
+        if self.is_paired:  # the effect is the raw a - b
+            a_ahead = (self.effect > 0) == self.higher_is_better
+        else:  # the effect is already P(a better than b)
+            a_ahead = self.effect > 0.5
+        return self.names[0] if a_ahead else self.names[1]
+
+    def __str__(self) -> str:
+        (a, b), (va, vb) = self.names, self.values
+        fmt = _formatter([*va, *vb])
+        p = f"p = {self.p:.3f}" if self.p >= 0.001 else "p < 0.001"
+        p += "" if self.exact else " (Monte Carlo)"
+        if self.comparisons > 1:
+            p += (f", Holm-adjusted over {self.comparisons} comparisons" if self.adjusted else
+                  f", one of {self.comparisons} comparisons here, unadjusted")
+        if self.is_paired:
+            d = [x - y for x, y in zip(va, vb)]
+            seeds = f"{len(d)} pair{'s' if len(d) > 1 else ''}"
+            head = (f"{a} - {b}, paired over {seeds}: {' '.join(fmt(x, sign=True) for x in d)}; "
+                    f"mean {fmt(self.effect, sign=True)} [95% CI {fmt(self.interval[0], sign=True)}, "
+                    f"{fmt(self.interval[1], sign=True)}], sign-flip {p}")
+        else:
+            diff = ("undefined (a diverged run)" if math.isnan(self.difference) else
+                    f"{fmt(self.difference, sign=True)} [95% CI {fmt(self.difference_interval[0], sign=True)}, "
+                    f"{fmt(self.difference_interval[1], sign=True)}]")
+            better = ">" if self.higher_is_better else "<"
+            head = (f"{a}: {' '.join(fmt(x) for x in va)} | {b}: {' '.join(fmt(x) for x in vb)}; "
+                    f"P({a} {better} {b}) = {self.effect:.2f} [95% CI {self.interval[0]:.2f}, {self.interval[1]:.2f}], "
+                    f"difference of means {diff}, permutation {p}")
+            seeds = f"{len(va)} v {len(vb)} runs"
+        if self.leader is not None:
+            return f"{head} -> {self.leader} ahead"
+        least = min(1.0, self.smallest_p * (self.comparisons if self.adjusted else 1))  # Holm: the smallest p times k
+        reach = (f"; {seeds} cannot reach p <= {self.alpha:g} (the smallest possible p is {least:.3f})"
+                 if least > self.alpha else "")
+        return f"{head} -> no difference that {seeds} can detect{reach}"
+
+
+def paired(a: Sequence[float], b: Sequence[float], names: tuple[str, str] = ("A", "B"),
+           higher_is_better: bool = True, alpha: float = ALPHA) -> Comparison:
+    """Arms that share each seed: a[i] and b[i] ran on seed i. The mean difference a - b, its 95%
+    percentile bootstrap interval, and the two-sided sign-flip permutation p-value (exact up to
+    2^16 sign patterns). a, b: (n,) each, finite."""
+    va, vb = _floats(a, "a"), _floats(b, "b")
+    if len(va) != len(vb):
+        raise ValueError(f"paired needs one value per seed in each arm, got {len(va)} and {len(vb)}; "
+                         "arms that share no seeds are compared with unpaired")
+    if not all(map(math.isfinite, va + vb)):
+        raise ValueError("paired needs finite values: a diverged run has no difference; compare the arms with "
+                         "unpaired, which ranks a diverged run worst")
+    d = np.array(va) - np.array(vb)  # (n,)
+    n = len(d)
+    mean = float(d.mean())
+    interval = _bootstrap((d,), _mean, paired=False) if n > 1 else (mean, mean)
+    p, exact = _permutation_p((d,), _mean, "samples", 2 ** n) if n > 1 else (1.0, True)
+    return Comparison(tuple(names), (tuple(va), tuple(vb)), True, higher_is_better, mean, interval, mean, interval,
+                      p, exact, min(1.0, 2 / 2 ** n), alpha=alpha)
+
+
+def unpaired(a: Sequence[float], b: Sequence[float], names: tuple[str, str] = ("A", "B"),
+             higher_is_better: bool = True, alpha: float = ALPHA) -> Comparison:
+    """Arms with nothing shared. The probability of improvement P(a better than b) with a stratified
+    bootstrap interval, the difference of means with its interval, and a two-sided permutation p-value
+    on the probability of improvement (exact up to 100,000 splits). A diverged run (NaN) is the worst."""
+    va, vb = _floats(a, "a"), _floats(b, "b")
+    sign = 1.0 if higher_is_better else -1.0
+    xa = np.array(_finite_or_worst(va, higher_is_better)) * sign  # (n_a,) higher is better
+    xb = np.array(_finite_or_worst(vb, higher_is_better)) * sign  # (n_b,)
+    effect = float(_improvement(xa, xb))
+    splits = math.comb(len(xa) + len(xb), len(xa))
+    enough = len(xa) > 1 and len(xb) > 1  # scipy resamples and permutes arms of two runs or more
+    interval = _bootstrap((xa, xb), _improvement, paired=False) if enough else (effect, effect)
+    p, exact = _permutation_p((xa, xb), _improvement, "independent", splits) if enough else (1.0, True)
+    if all(map(math.isfinite, va + vb)):
+        ra, rb = np.array(va), np.array(vb)
+        difference = float(ra.mean() - rb.mean())
+        spread = _bootstrap((ra, rb), _difference_of_means, paired=False) if enough else (difference, difference)
+    else:
+        difference, spread = math.nan, (math.nan, math.nan)
+    return Comparison(tuple(names), (tuple(va), tuple(vb)), False, higher_is_better, effect, interval, difference,
+                      spread, p, exact, min(1.0, 2 / splits) if enough else 1.0, alpha=alpha)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment: sorted ascending, the i-th smallest p (from 0) times (k - i), made
+    non-decreasing and capped at 1. A verdict at adjusted p <= alpha keeps the family-wise error at alpha."""
+    k = len(pvalues)
+    order = sorted(range(k), key=lambda i: pvalues[i])
+    adjusted, running = [0.0] * k, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (k - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def family(comparisons: Sequence[Comparison], adjust: bool = True) -> list[Comparison]:
+    """The k comparisons one cell makes, each printing k. adjust: Holm-adjust their p-values over all k
+    (every verdict then holds with a family-wise error of alpha); False keeps each p as it is, for a
+    cell whose seeds could not survive the adjustment, and the line says they are unadjusted."""
+    adjusted = holm([c.p for c in comparisons]) if adjust else [c.p for c in comparisons]
+    return [replace(c, p=p, comparisons=len(comparisons), adjusted=adjust) for c, p in zip(comparisons, adjusted)]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate over runs and its 95% bootstrap interval."""
+    value: float
+    interval: tuple[float, float]
+
+    def __str__(self) -> str:
+        fmt = _formatter([self.value, *self.interval])
+        return f"{fmt(self.value)} [95% CI {fmt(self.interval[0])}, {fmt(self.interval[1])}]"
+
+
+def iqm(values: Sequence[float]) -> Estimate:
+    """The interquartile mean (the mean of the middle half of the runs, `scipy.stats.trim_mean` at 0.25)
+    and its percentile bootstrap interval; robust to a few collapsed runs. values: (n,) finite."""
+    x = np.array(_floats(values, "values"))
+    if not np.isfinite(x).all():
+        raise ValueError("iqm needs finite values: a diverged run has no place in a mean")
+    value = float(stats.trim_mean(x, 0.25))
+    return Estimate(value, _bootstrap((x,), _iqm, paired=False) if len(x) > 1 else (value, value))
+
+
+def _mean(x, axis=-1):
+    return np.mean(x, axis=axis)
+
+
+def _iqm(x, axis=-1):
+    return stats.trim_mean(x, 0.25, axis=axis)
+
+
+def _improvement(x, y, axis=-1):
+    """P(X > Y) + P(X = Y) / 2 over every pair, batched over leading dimensions. x: (..., n_a), y: (..., n_b)."""
+    x, y = np.moveaxis(x, axis, -1), np.moveaxis(y, axis, -1)
+    gt = x[..., :, None] > y[..., None, :]  # (..., n_a, n_b)
+    eq = x[..., :, None] == y[..., None, :]
+    return (gt + 0.5 * eq).mean(axis=(-2, -1))
+
+
+def _difference_of_means(x, y, axis=-1):
+    return np.mean(x, axis=axis) - np.mean(y, axis=axis)
+
+
+def _bootstrap(data, statistic, paired: bool) -> tuple[float, float]:
+    """The 95% percentile interval over RESAMPLES resamples, each arm resampled on its own (stratified),
+    from a fixed generator so a printed interval is the same on every run."""
+    res = stats.bootstrap(data, statistic, n_resamples=RESAMPLES, paired=paired, vectorized=True,
+                          confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(0))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _permutation_p(data, statistic, kind: str, count: int) -> tuple[float, bool]:
+    """Two-sided permutation p-value: exact when the `count` rearrangements number at most EXACT_UP_TO."""
+    exact = count <= EXACT_UP_TO
+    res = stats.permutation_test(data, statistic, permutation_type=kind, vectorized=True, alternative="two-sided",
+                                 n_resamples=np.inf if exact else RESAMPLES, rng=np.random.default_rng(0))
+    return float(min(1.0, res.pvalue)), exact
+
+
+def _floats(values: Sequence[float], name: str) -> list[float]:
+    out = [float(v) for v in values]
+    if not out:
+        raise ValueError(f"a comparison needs at least one run per arm; {name} is empty")
+    return out
+
+
+def _formatter(values: Sequence[float]):
+    """Enough decimals (2 to 4) that the values' spread shows: printing rounds, comparing never does."""
+    finite = [v for v in values if math.isfinite(v)]
+    spread = max(finite) - min(finite) if len(finite) > 1 else 0.0
+    decimals = 2 if spread == 0 else min(4, max(2, 1 - math.floor(math.log10(spread))))
+
+    def fmt(v: float, sign: bool = False) -> str:
+        if not math.isfinite(v):
+            return "diverged"
+        v = 0.0 if abs(v) < 0.5 * 10 ** -decimals else v  # no "-0.00"
+        return f"{v:+.{decimals}f}" if sign else f"{v:.{decimals}f}"
+    return fmt
 
 
 @dataclass(frozen=True)
@@ -44,8 +282,10 @@ class Verdict:
 
 def compare_seeds(a: Sequence[float], b: Sequence[float], names: tuple[str, str] = ("A", "B"),
                   higher_is_better: bool = True) -> Verdict:
-    """A verdict on two sets of runs (one value per seed): a leader only where every seed of one is
-    better than every seed of the other. NaN (a diverged run) counts as the worst value."""
+    """The older separation rule, unpaired: a leader where every seed of one arm is better than every
+    seed of the other (chance 2 / C(n_a + n_b, n_a) under no difference: 0.10 at 3 v 3, 0.33 at 2 v 2,
+    1 at 1 v 1). NaN (a diverged run) counts as the worst value. Kept for the lessons whose sweeps are
+    still on three seeds; new comparisons use `paired` or `unpaired`."""
     va, vb = _finite_or_worst(a, higher_is_better), _finite_or_worst(b, higher_is_better)
     if not va or not vb:
         raise ValueError(f"compare_seeds needs at least one run per method, got {len(va)} and {len(vb)}")
@@ -112,11 +352,12 @@ def window(steps: Sequence[int], values: Sequence[float], start: int, end: int |
 
 @dataclass(frozen=True)
 class RateChoice:
-    """The chosen rate, each rate's mean score over the tuning seeds, and the chosen rate against the runner-up."""
+    """The chosen rate, each rate's mean score over the tuning seeds, and the chosen rate against the
+    runner-up (paired over the tuning seeds both ran)."""
     rate: float
     means: dict[float, float]
     at_edge: bool
-    against_runner_up: Verdict | None
+    against_runner_up: Comparison | None
 
     def __str__(self) -> str:
         means = ", ".join(f"{lr:g}: {m:+.3f}" for lr, m in self.means.items())
@@ -140,8 +381,10 @@ def choose_rate(scores: Mapping[float, Mapping[int, float]], reported_seeds: Seq
     sign = 1.0 if higher_is_better else -1.0
     ranked = sorted(grid, key=lambda lr: -sign * means[lr])
     best, runner_up = ranked[0], ranked[1]
-    versus = compare_seeds(list(scores[best].values()), list(scores[runner_up].values()),
-                           (f"{best:g}", f"{runner_up:g}"), higher_is_better)
+    shared = sorted(set(scores[best]) & set(scores[runner_up]))  # the tuning seeds both rates ran
+    a, b = [scores[best][s] for s in shared], [scores[runner_up][s] for s in shared]
+    compared = paired if all(map(math.isfinite, a + b)) else unpaired  # a diverged run has no paired difference
+    versus = compared(a, b, (f"{best:g}", f"{runner_up:g}"), higher_is_better)
     return RateChoice(best, means, best in (grid[0], grid[-1]), versus)
 
 
