@@ -1,14 +1,15 @@
-"""Lesson 04's three trained estimators on four seeds, too long to run in the lesson: REINFORCE
+"""Lesson 04's three trained estimators on six seeds, too long to run in the lesson: REINFORCE
 (reward-to-go), the group-mean baseline (G = 4) and actor-critic (GAE, lambda 0.95), each trained as
 the lesson's live cell trains them (30 steps of 16 prompts x 4 completions on the reviews task,
 beta 0.3, one shared learning rate, 3e-4, tuned for none of them) and judged as it judges them
 (held-out gold-positive share over 4 samples of every held-out opening, sampling seed 123).
-Recorded command (about 4 min on 2 cores):
+Recorded command (18 runs: about 6 min on 2 cores):
 
     OMP_NUM_THREADS=1 python lessons/sweeps/estimators.py
 
-Rows go to estimators.csv beside this file. The lesson compares the estimators seed by seed with
-`minirl.core.compare.compare_seeds`.
+Rows go to estimators.csv beside this file. At one seed the three estimators share the base model,
+the training prompts in their order, the sampler's starting generator and the evaluation generator,
+so the lesson compares them seed by seed, paired (`minirl.core.compare.paired`), at this one rate.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from minirl.train.pg import PGConfig, train_policy_gradient
 from minirl.world import tasks
 
 HERE = Path(__file__).parent
-SEEDS, LR, STEPS = (0, 1, 2, 3), 3e-4, 30
+SEEDS, LR, STEPS = (0, 1, 2, 3, 4, 5), 3e-4, 30
 ESTIMATORS = ("reward_to_go", "group_mean", "gae")
 FIELDS = ["estimator", "seed", "lr", "gold_positive"]
 

@@ -2,11 +2,15 @@
 2,250 preference pairs, with and without the imitation loss, and regressed on the same numbers of
 absolute scores. Recorded command:
 
-    OMP_NUM_THREADS=1 python lessons/sweeps/reward_models.py                 # 42 runs: about 20 min on 2 cores
+    OMP_NUM_THREADS=1 python lessons/sweeps/reward_models.py                 # 84 runs: about 40 min on 2 cores
     OMP_NUM_THREADS=1 python lessons/sweeps/reward_models.py --only pairs 250 0 1   # one row, printed
 
 Every run is trained the same way (`minirl.train.reward_model.RMConfig()`: 300 steps of 32 items,
-AdamW at 3e-4, from the base model's trunk), so a row differs from another only in its data:
+AdamW at 3e-4, one fixed rate for every run, from the base model's trunk), so a row differs from
+another only in its data. Six seeds, 0-5 (the 42 runs of seeds 3-5 took about 53 min on 2 cores
+shared with other work). A seed draws the subset and the batch order: the runs with and without the
+imitation loss at one seed and size share both (the lesson compares them paired); pairs against
+scores, and 1,000 against 2,250 pairs, share no data at one seed (compared unpaired).
 
 - kind 'pairs': `labels` preference pairs from the world's Bradley-Terry annotator
   (data/world/order_prefs.jsonl, train split), drawn by the seed; Bradley-Terry loss, plus the
@@ -38,7 +42,7 @@ from minirl.train import reward_model as rmod
 from minirl.world import datasets
 
 HERE = Path(__file__).parent
-LABELS, SEEDS, IMITATION, IMITATION_LABELS = (50, 100, 250, 500, 1000, 2250), (0, 1, 2), 1.0, (250, 2250)
+LABELS, SEEDS, IMITATION, IMITATION_LABELS = (50, 100, 250, 500, 1000, 2250), (0, 1, 2, 3, 4, 5), 1.0, (250, 2250)
 FIELDS = ["kind", "labels", "imitation", "seed", "expected_accuracy", "ceiling", "ece", "correlation",
           "heldout_accuracy", "off_support_z", "off_support_above_best"]
 
