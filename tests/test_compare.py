@@ -146,16 +146,6 @@ def test_iqm_is_the_mean_of_the_middle_half():
         compare.iqm([1.0, float("nan")])
 
 
-def test_the_older_separation_rule_and_its_chance():
-    ahead = compare.compare_seeds([1.2, 1.3, 1.4], [0.9, 1.0, 1.1], ("ppo", "dpo"))
-    assert ahead.leader == "ppo" and ahead.chance == pytest.approx(2 / 20)  # 2 / C(6, 3)
-    overlap = compare.compare_seeds([1.2, 1.3, 1.4], [0.9, 1.0, 1.25], ("ppo", "dpo"))
-    assert overlap.leader is None
-    assert "no difference that 3 and 3 seeds can detect (ppo +1.20 to +1.40, dpo +0.90 to +1.25)" in str(overlap)
-    assert compare.compare_seeds([1.0, 2.0], [0.0, 0.5]).chance == pytest.approx(1 / 3)   # 2 / C(4, 2)
-    assert compare.compare_seeds([0.1], [float("nan")]).leader == "A"
-
-
 def test_at_kl_reads_each_run_on_its_own_trajectory():
     # gold = 1 + 0.5 kl along the first run, evaluated at uneven KLs: exact at every level
     kl = [0.0, 0.3, 1.7, 2.0, 4.5]

@@ -1,7 +1,7 @@
 """Lesson 09's sweep, too long for the lesson's two minutes: DPO and its variants on the orders
 pairs, judged against the hidden gold utility. Recorded command:
 
-    OMP_NUM_THREADS=1 python lessons/sweeps/dpo.py                  # every job: about 20 min on 2 cores
+    OMP_NUM_THREADS=1 python lessons/sweeps/dpo.py                  # every job: about 30 min on 2 cores
     OMP_NUM_THREADS=1 python lessons/sweeps/dpo.py --only dpo 1.0 0  # one run, its eval rows printed
 
 Every run starts from the shipped SFT model, which is also its frozen reference (as lesson 08's
@@ -29,7 +29,15 @@ its LEARNING_RATES with the best mean final gold over TUNING_SEEDS (`minirl.core
 at beta = MAIN_BETA for dpo; the reported seeds (SEEDS) are not among them. Every grid brackets
 its choice: the grids began at 3e-5, 1e-4, 3e-4, and a choice at an end extended that end (1e-3
 for dpo, dpo-mean, simpo and online; 1e-5 for cdpo and ipo); a choice at an end stops the sweep.
-The other betas of 'dpo' use its rate.
+The other betas of 'dpo' use its rate. In all: 48 tuning runs (each grid at the 2 tuning seeds) and
+54 reported runs (dpo at 4 betas and the 5 other runs, at the 6 seeds 0-5).
+
+What a seed shares: every offline run of one seed (dpo at every beta, dpo-mean, cdpo, ipo, simpo)
+draws its batches of the same 2,250 pairs in the same order (`random.Random(seed)`); every run of a
+seed, online included, starts from the same SFT model and draws its evaluation samples from the same
+generator seed (seed + 123), so their step-0 evaluations are identical; the win rate's samples use
+fixed seeds (WIN_SEED) in every run. So runs of one seed are compared paired (`compare.paired`);
+lesson 08's PPO runs share none of this (other data, other seeds: `compare.unpaired`).
 """
 from __future__ import annotations
 
@@ -50,7 +58,7 @@ from minirl.train.dpo import DPOConfig, train_dpo
 from minirl.world import datasets
 
 HERE = Path(__file__).parent
-SEEDS, TUNING_SEEDS = (0, 1, 2), (100, 101)
+SEEDS, TUNING_SEEDS = (0, 1, 2, 3, 4, 5), (100, 101)
 GRID, UP, DOWN = (3e-5, 1e-4, 3e-4), (1e-3,), (1e-5,)
 LEARNING_RATES = {"dpo": GRID + UP, "dpo-mean": GRID + UP, "simpo": GRID + UP, "online": GRID + UP,
                   "cdpo": DOWN + GRID, "ipo": DOWN + GRID}

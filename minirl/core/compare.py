@@ -32,9 +32,6 @@ resampling is `scipy.stats` (`bootstrap`, `permutation_test`), not written here.
   the reported ones; a choice at either end of the grid is flagged, because the grid does not
   bracket the optimum and must be extended; the runner-up is compared with `paired` (the tuning
   seeds are shared by every rate).
-- `compare_seeds`: the older separation rule (every seed of one arm beyond every seed of the other),
-  still read by the lessons whose sweeps have not yet been re-run on enough seeds for `paired` or
-  `unpaired`. It is unpaired and gives a verdict at 1 v 1; new comparisons do not use it.
 
 A diverged run (NaN) counts as the worst value in `unpaired` and `choose_rate`; a paired difference
 with a diverged run has no value, so `paired` refuses one and says to use `unpaired`.
@@ -48,8 +45,8 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-__all__ = ["Comparison", "paired", "unpaired", "family", "holm", "Estimate", "iqm", "Verdict", "compare_seeds",
-           "at_kl", "Window", "window", "RateChoice", "choose_rate", "sweep_rate"]
+__all__ = ["Comparison", "paired", "unpaired", "family", "holm", "Estimate", "iqm", "at_kl", "Window", "window",
+           "RateChoice", "choose_rate", "sweep_rate"]
 
 ALPHA, CONFIDENCE, RESAMPLES, EXACT_UP_TO = 0.05, 0.95, 10_000, 100_000
 
@@ -263,42 +260,6 @@ def _formatter(values: Sequence[float]):
     return fmt
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """Two methods' per-seed values and what they support. leader: the name ahead, or None."""
-    names: tuple[str, str]
-    values: tuple[tuple[float, ...], tuple[float, ...]]  # a diverged run (NaN) as the worst value, +-inf
-    leader: str | None
-    chance: float  # probability of a separation this complete (either way) when there is no difference
-
-    def __str__(self) -> str:
-        (a, b), (va, vb) = self.names, self.values
-        shown = f"{a}: {_values(va)} | {b}: {_values(vb)}"
-        if self.leader is None:
-            return (f"{shown} -> no difference that {len(va)} and {len(vb)} seeds can detect "
-                    f"({a} {_range(va)}, {b} {_range(vb)})")
-        return f"{shown} -> {self.leader} ahead on every seed (chance of a separation this complete: {self.chance:.2f})"
-
-
-def compare_seeds(a: Sequence[float], b: Sequence[float], names: tuple[str, str] = ("A", "B"),
-                  higher_is_better: bool = True) -> Verdict:
-    """The older separation rule, unpaired: a leader where every seed of one arm is better than every
-    seed of the other (chance 2 / C(n_a + n_b, n_a) under no difference: 0.10 at 3 v 3, 0.33 at 2 v 2,
-    1 at 1 v 1). NaN (a diverged run) counts as the worst value. Kept for the lessons whose sweeps are
-    still on three seeds; new comparisons use `paired` or `unpaired`."""
-    va, vb = _finite_or_worst(a, higher_is_better), _finite_or_worst(b, higher_is_better)
-    if not va or not vb:
-        raise ValueError(f"compare_seeds needs at least one run per method, got {len(va)} and {len(vb)}")
-    sign = 1.0 if higher_is_better else -1.0
-    leader = None
-    if min(sign * x for x in va) > max(sign * x for x in vb):
-        leader = names[0]
-    elif min(sign * x for x in vb) > max(sign * x for x in va):
-        leader = names[1]
-    chance = min(1.0, 2.0 / math.comb(len(va) + len(vb), len(va)))
-    return Verdict(tuple(names), (tuple(va), tuple(vb)), leader, chance)
-
-
 def at_kl(kl: Sequence[float], metric: Sequence[float], levels: Sequence[float]) -> list[float]:
     """One run's metric where its own KL trajectory (evaluations in step order) first reaches each
     level: linear interpolation between the evaluation below the level and the first at or above it.
@@ -398,14 +359,7 @@ def sweep_rate(rows: Sequence[Mapping], rates: Sequence[float], score: str, repo
         raise ValueError(str(choice))
     return choice.rate
 
+
 def _finite_or_worst(values, higher_is_better: bool) -> list[float]:
     worst = -math.inf if higher_is_better else math.inf
     return [float(v) if math.isfinite(v) else worst for v in values]
-
-
-def _values(values: Sequence[float]) -> str:
-    return " ".join(f"{v:+.2f}" if math.isfinite(v) else "diverged" for v in values)
-
-
-def _range(values: Sequence[float]) -> str:
-    return f"{_values([min(values)])} to {_values([max(values)])}"
