@@ -132,7 +132,7 @@ def paired(a: Sequence[float], b: Sequence[float], names: tuple[str, str] = ("A"
     d = np.array(va) - np.array(vb)  # (n,)
     n = len(d)
     mean = float(d.mean())
-    interval = _bootstrap((d,), _mean, paired=False) if n > 1 else (mean, mean)
+    interval = _bootstrap((d,), _mean) if n > 1 else (mean, mean)
     p, exact = _permutation_p((d,), _mean, "samples", 2 ** n) if n > 1 else (1.0, True)
     return Comparison(tuple(names), (tuple(va), tuple(vb)), True, higher_is_better, mean, interval, mean, interval,
                       p, exact, min(1.0, 2 / 2 ** n), alpha=alpha)
@@ -150,12 +150,12 @@ def unpaired(a: Sequence[float], b: Sequence[float], names: tuple[str, str] = ("
     effect = float(_improvement(xa, xb))
     splits = math.comb(len(xa) + len(xb), len(xa))
     enough = len(xa) > 1 and len(xb) > 1  # scipy resamples and permutes arms of two runs or more
-    interval = _bootstrap((xa, xb), _improvement, paired=False) if enough else (effect, effect)
+    interval = _bootstrap((xa, xb), _improvement) if enough else (effect, effect)
     p, exact = _permutation_p((xa, xb), _improvement, "independent", splits) if enough else (1.0, True)
     if all(map(math.isfinite, va + vb)):
         ra, rb = np.array(va), np.array(vb)
         difference = float(ra.mean() - rb.mean())
-        spread = _bootstrap((ra, rb), _difference_of_means, paired=False) if enough else (difference, difference)
+        spread = _bootstrap((ra, rb), _difference_of_means) if enough else (difference, difference)
     else:
         difference, spread = math.nan, (math.nan, math.nan)
     return Comparison(tuple(names), (tuple(va), tuple(vb)), False, higher_is_better, effect, interval, difference,
@@ -200,7 +200,7 @@ def iqm(values: Sequence[float]) -> Estimate:
     if not np.isfinite(x).all():
         raise ValueError("iqm needs finite values: a diverged run has no place in a mean")
     value = float(stats.trim_mean(x, 0.25))
-    return Estimate(value, _bootstrap((x,), _iqm, paired=False) if len(x) > 1 else (value, value))
+    return Estimate(value, _bootstrap((x,), _iqm) if len(x) > 1 else (value, value))
 
 
 def _mean(x, axis=-1):
@@ -223,10 +223,10 @@ def _difference_of_means(x, y, axis=-1):
     return np.mean(x, axis=axis) - np.mean(y, axis=axis)
 
 
-def _bootstrap(data, statistic, paired: bool) -> tuple[float, float]:
+def _bootstrap(data, statistic) -> tuple[float, float]:
     """The 95% percentile interval over RESAMPLES resamples, each arm resampled on its own (stratified),
     from a fixed generator so a printed interval is the same on every run."""
-    res = stats.bootstrap(data, statistic, n_resamples=RESAMPLES, paired=paired, vectorized=True,
+    res = stats.bootstrap(data, statistic, n_resamples=RESAMPLES, vectorized=True,
                           confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(0))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
