@@ -12,9 +12,10 @@ The reward is `correct + weight * brief`.
 Every run: the base model, STEPS steps of 16 prompts x 8 completions, one gradient step per batch,
 beta 0.04, at lesson 06's learning rate LR (chosen there for GRPO without a bonus: the question
 is what adding the bonus to a working setup does, so nothing is re-tuned), six seeds, each shared
-by the three weights (paired comparisons). Every EVAL_EVERY steps the policy samples N_SAMPLES answers to each of the 300 held-out prompts: `correct`
-(held-out accuracy, all prompts), `correct_long` (on the prompts whose sum is 100 or more),
-`brief` (share of answers with at most two digits). Rows go to format_reward.csv beside this file.
+by the three weights (paired comparisons). Every EVAL_EVERY steps the policy samples N_SAMPLES
+answers to each of the 300 held-out prompts: `correct` (held-out accuracy, all prompts),
+`correct_long` (on the prompts whose sum is 100 or more), `brief` (share of answers with at most two
+digits). Rows go to format_reward.csv beside this file.
 """
 from __future__ import annotations
 
