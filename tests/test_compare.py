@@ -174,6 +174,7 @@ def test_a_window_judges_an_oscillating_run_over_its_late_steps():
     assert w.median == pytest.approx(0.9) and w.worst == pytest.approx(0.1)
     assert w.share_at_least(0.9) == pytest.approx(3 / 5)
     assert compare.window([0, 1, 2, 3], [4.0, 1.0, 3.0, 2.0], start=0).median == pytest.approx(2.5)
+    assert math.isnan(compare.window([0, 1, 2], [-0.2, float("nan"), -0.1], start=0).median)  # diverged: never a middle value
     with pytest.raises(ValueError, match="no evaluation between steps 50 and 40"):
         compare.window(steps, valid, start=50)
 

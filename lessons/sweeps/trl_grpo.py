@@ -1,5 +1,5 @@
-"""Lesson 11's recorded TRL runs: scale_out/grpo_trl.py on three seeds as one process, as two
-torchrun ranks, and as one process without the position fix. Recorded command (about 5 min on 2 cores):
+"""Lesson 11's recorded TRL runs: scale_out/grpo_trl.py on six seeds as one process, as two
+torchrun ranks, and as one process without the position fix. Recorded command (about 10 min on 2 cores):
 
     python lessons/sweeps/trl_grpo.py
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1, 2, 3, 4, 5)
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
 VARIANTS = {  # name: (launcher, extra arguments)
     "one_process": ([sys.executable], []),

@@ -287,6 +287,9 @@ class Window:
 
     @property
     def median(self) -> float:
+        """The middle evaluation (NaN where the run diverged inside the window)."""
+        if any(map(math.isnan, self.values)):
+            return math.nan
         s = sorted(self.values)
         n = len(s)
         return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
