@@ -18,11 +18,11 @@ def load_script(name: str = "ppo_vs_reinforce"):
 
 def test_committed_csvs_cover_every_job():
     script = load_script()
+    steps = list(range(0, script.STEPS + 1, script.EVAL_EVERY))
     tuning = script.read_rows("lr_tuning")
-    assert [(r["run"], r["beta"], r["seed"], r["lr"]) for r in tuning] == script.tuning_jobs()
-    for name, jobs in script.jobs(script.tuned_rates(tuning)).items():
-        rows = script.read_rows(name)
-        assert [(r["run"], r["beta"], r["seed"], r["lr"]) for r in rows] == jobs
+    for name, jobs in [("lr_tuning", script.tuning_jobs()), *script.jobs(script.tuned_rates(tuning)).items()]:
+        runs = script.per_run(script.read_rows(name))
+        assert list(runs) == jobs and all([r["step"] for r in rows] == steps for rows in runs.values())
         with open(SWEEPS / f"{name}.csv") as f:
             assert next(csv.reader(f)) == script.FIELDS
 
@@ -33,8 +33,8 @@ def test_rerunning_one_point_reproduces_its_row():
     float reorderings can change a few samples, so compare within a tolerance."""
     script = load_script()
     rate = script.tuned_rates(script.read_rows("lr_tuning"))["reinforce"]
-    recorded = next(r for r in script.read_rows("beta_sweep") if r["run"] == "reinforce" and r["beta"] == 0.3 and r["seed"] == 1)
-    row = script.run("reinforce", 0.3, 1, rate)
+    recorded = script.per_run(script.read_rows("beta_sweep"))["reinforce", 0.3, 1, rate][-1]  # its evaluation at step 24
+    row = script.run("reinforce", 0.3, 1, rate)[-1]
     assert row["gold_positive"] == pytest.approx(recorded["gold_positive"], abs=0.15)
     assert row["gold"] == pytest.approx(recorded["gold"], abs=0.15)
 
