@@ -70,7 +70,7 @@ unit: install
 slow: install
 	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist worksteal --durations=10 -m "slow and not seeds" tests
 
-# the further seeds of the recorded sweeps (GAIL's seeds 1 and 2: 10-19 CPU-minutes by machine); not in `make test`
+# the further seeds of the recorded sweeps (GAIL's seeds 1-5, a few CPU-minutes each; lesson 08's PPO pipeline, seeds 3-5); not in `make test`
 seeds: install
 	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist worksteal --durations=10 -m seeds tests
 

@@ -4,6 +4,7 @@ reward models, measured against the hidden gold utility. Recorded command:
     OMP_NUM_THREADS=1 python lessons/sweeps/rlhf.py                  # every job: about 45 min on 2 cores
     OMP_NUM_THREADS=1 python lessons/sweeps/rlhf.py --only ppo 0.3 1  # one PPO run, its rows printed
     OMP_NUM_THREADS=1 python lessons/sweeps/rlhf.py --runs hack-iterated   # re-run one run's jobs, rows replaced
+    OMP_NUM_THREADS=1 python lessons/sweeps/rlhf.py --seeds 3 4 5    # add these seeds' jobs, the others' rows kept
 
 Every RL run starts from the shipped SFT model (`minirl.load_model("sft")`), which is also the
 reference its KL is measured against, and is judged the same way: `minirl.train.rlhf.policy_report`
@@ -36,6 +37,12 @@ the reward model's normalized score as `proxy`, length, repetition). Jobs, by CS
 - rm_scores.csv: reward models trained like lesson 07's (RMConfig(), base trunk) on LABELS pairs
   with SEEDS, normalized on base samples, and their scores of the 1,008 valid orders, one column
   per model: lesson 08 computes the exact over-optimization curves from them.
+
+History: seeds 0-2 ran as one sweep (about 45 min on 2 cores). Seeds 3-5 were added later with
+`--seeds 3 4 5` (about 48 min on 2 cores of an AMD EPYC with AVX-512), at the rates of
+rlhf_tuning.csv, nothing chosen on them; seeds 0-2's rows are unchanged. The ensembles' members
+for seeds 3-5's runs were retrained there (see `extend`), so they are the same recipe as seeds
+0-2's members, not bit for bit the same models.
 """
 from __future__ import annotations
 
@@ -60,7 +67,7 @@ from minirl.world import datasets, generate
 from minirl.world.tasks import orders_task, reward_scores
 
 HERE = Path(__file__).parent
-SEEDS, TUNING_SEEDS = (0, 1, 2), (100, 101)
+SEEDS, TUNING_SEEDS = (0, 1, 2, 3, 4, 5), (100, 101)
 LEARNING_RATES = {"ppo": (3e-5, 1e-4, 3e-4), "raft": (3e-5, 1e-4, 3e-4, 1e-3)}
 PIPELINE_BETA, PIPELINE_STEPS, TUNING_STEPS = 0.3, 20, 30
 BETAS, STEPS, EVAL_EVERY, EVAL_SAMPLES = (0.0, 0.03, 0.1, 0.3, 1.0), 60, 5, 256
@@ -274,13 +281,56 @@ def rerun(names: list[str], workers: int) -> None:
         write_rows("iterated_rounds", ROUND_FIELDS, [r for job in jobs if job in fresh for r in fresh[job][2]])
 
 
+def extend(seeds: list[int], workers: int) -> None:
+    """Run every per-seed job of `seeds` (reward models, best-of-N, PPO and RAFT runs) at the rates of
+    rlhf_tuning.csv and write every CSV in the order a whole sweep writes it, the other seeds' rows
+    kept. The ensembles' members (all pairs, seeds 1 and 2) are retrained here, so on another CPU
+    than the one that ran the kept seeds they are not bit for bit the members those seeds used."""
+    rates, rm_dir = tuned_rates(read_rows("rlhf_tuning")), tempfile.mkdtemp(prefix="rlhf_rms_")
+    jobs = ppo_jobs(rates)
+    with ProcessPoolExecutor(workers) as pool:
+        scores = dict(pool.map(rm_scores_run, *zip(*[(n, s, rm_dir) for n in LABELS for s in seeds])))
+        list(pool.map(rm_scores_run, [LABELS[-1]] * 2, [1, 2], [rm_dir] * 2))  # the ensembles' other members
+        bon = dict(zip([(n, s) for n in N_VALUES for s in seeds],
+                       pool.map(best_of_n_run, *zip(*[(n, s) for n in N_VALUES for s in seeds]))))
+        futures = {job: pool.submit(ppo_run, *job[:4], *job[4:], rm_dir=rm_dir) for job in jobs if job[2] in seeds}
+        raft = dict(zip(seeds, pool.map(raft_run, seeds, [rates["raft"]] * len(seeds))))
+        fresh = {job: future.result() for job, future in futures.items()}
+    old = {name: read_rows(name) for name in ("rlhf_evals", "rlhf_steps", "iterated_rounds", "best_of_n")}
+
+    def kept(name, job):
+        return [r for r in old[name] if (r["run"], r["beta"], r["seed"], r["lr"]) == job[:4]]
+    evals = [r for job in jobs for r in (fresh[job][0] if job in fresh else kept("rlhf_evals", job))]
+    raft_rows = [r for s in SEEDS for r in (raft[s] if s in seeds else
+                                            [r for r in old["rlhf_evals"] if r["run"] == "raft" and r["seed"] == s])]
+    write_rows("rlhf_evals", EVAL_FIELDS, evals + raft_rows)
+    write_rows("rlhf_steps", STEP_FIELDS, [r for job in jobs for r in (fresh[job][1] if job in fresh else kept("rlhf_steps", job))])
+    iterated = [job for job in jobs if job[0] == "hack-iterated"]
+    write_rows("iterated_rounds", ROUND_FIELDS, [r for job in iterated for r in
+                                                 (fresh[job][2] if job in fresh else
+                                                  [r for r in old["iterated_rounds"] if r["seed"] == job[2]])])
+    write_rows("best_of_n", BON_FIELDS, [bon[n, s] if s in seeds else next(r for r in old["best_of_n"] if (r["n"], r["seed"]) == (n, s))
+                                         for n in N_VALUES for s in SEEDS])
+    with open(HERE / "rm_scores.csv") as f:
+        table = list(csv.DictReader(f))
+    names = [f"rm_{n}_{s}" for n in LABELS for s in SEEDS]
+    write_rows("rm_scores", ["order", "gold"] + names,
+               [{"order": row["order"], "gold": row["gold"],
+                 **{name: scores[name][i] if name in scores else row[name] for name in names}} for i, row in enumerate(table)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs=3, metavar=("RUN", "BETA", "SEED"), help="run one PPO job and print its eval rows")
     parser.add_argument("--runs", nargs="+", metavar="RUN", help="re-run every PPO job of these runs (not the ensembles) "
                         "and replace their rows in rlhf_evals.csv and rlhf_steps.csv (and iterated_rounds.csv)")
+    parser.add_argument("--seeds", nargs="+", type=int, choices=SEEDS,
+                        help="run every per-seed job of these seeds, the other seeds' rows kept (see `extend`)")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    if args.seeds:
+        extend(args.seeds, args.workers)
+        return
     if args.runs:
         rerun(args.runs, args.workers)
         return
