@@ -15,7 +15,8 @@ The package in layers; a module imports only from its own layer and the layers b
 list (tests/test_layout.py checks it):
 
   core        the floor: argument checks, data paths, progress bars, tensor functions (no model, no world)
-                validate, paths, notebook, ops, kl, advantages, corrections, losses, preferences, compare
+                validate, paths, figures, notebook, claims, ops, kl, advantages, corrections, losses,
+                preferences, compare
   lm          the language model
                 tokenizer, model, sampling, multiturn, sequences, critic, reward_head, export, memory
   world       the tiny world
@@ -41,6 +42,7 @@ import sys
 
 from . import core, course, exact, lm, train, world
 from .core import advantages, kl, losses, ops
+from .core.claims import claim
 from .core.notebook import setup
 from .core.paths import DataError
 from .course import check
@@ -54,7 +56,7 @@ for _module in (advantages, kl, losses, ops, check):  # `import minirl.ops` and 
 del _module
 
 __all__ = [
-    "GPT", "GPTConfig", "KVCache", "Rollout", "DataError", "completion_logprobs", "load_model", "load_tokenizer",
+    "GPT", "GPTConfig", "KVCache", "Rollout", "DataError", "claim", "completion_logprobs", "load_model", "load_tokenizer",
     "sample", "sample_tokens", "sequence_logprobs", "setup",
     "core", "lm", "world", "exact", "train", "course",
     "advantages", "check", "kl", "losses", "ops",

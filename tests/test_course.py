@@ -90,6 +90,16 @@ def names_read(source: str) -> set[str]:
 
 
 @pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
+def test_nbval_markers_are_cell_tags_not_comments(path):
+    """What tells nbval to skip a cell's output is scaffolding, so it lives in the cell's tags, out of
+    the student's view: no code cell carries an `NBVAL_` comment, and every tag is one nbval reads."""
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "code":
+            assert "NBVAL_" not in cell.source, f"{path.name}: an NBVAL_ comment; use the cell tag instead"
+            assert set(cell.metadata.get("tags", [])) <= {"nbval-ignore-output", "nbval-skip"}, cell.metadata
+
+
+@pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
 def test_no_other_cell_reads_what_an_exercise_defines(path):
     """An unfinished exercise (its body stubbed in the exercise version) breaks no other cell: no
     cell but the exercise's own reads a name an exercise cell defines. `make browser` runs the

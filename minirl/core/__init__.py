@@ -3,7 +3,9 @@ tensor functions of RL (no model, no world).
 
     validate      argument checks, and the config classes' refusal of unknown options
     paths         where the data lives, and the manifest that guards it
+    figures       the course's figure style (set by minirl.setup), and runs over seeds as a band
     notebook      what a lesson's first cell calls (minirl.setup), and its progress bars
+    claims        minirl.claim: a lesson's checked claim, printed with its number
     ops           masked reductions, per-token log-probs
     kl            the k1, k2, k3 estimators of KL
     advantages    returns, GAE, group baselines
@@ -13,6 +15,7 @@ tensor functions of RL (no model, no world).
     compare       comparing runs: verdicts only where seeds separate, reads at matched KL, late
                   windows, learning rates chosen on a bracketing grid
 """
-from . import advantages, compare, corrections, kl, losses, notebook, ops, paths, preferences, validate
+from . import advantages, claims, compare, corrections, figures, kl, losses, notebook, ops, paths, preferences, validate
 
-__all__ = ["advantages", "compare", "corrections", "kl", "losses", "notebook", "ops", "paths", "preferences", "validate"]
+__all__ = ["advantages", "claims", "compare", "corrections", "figures", "kl", "losses", "notebook", "ops", "paths", "preferences",
+           "validate"]

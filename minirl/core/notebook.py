@@ -15,6 +15,8 @@ import warnings
 import numpy as np
 import torch
 
+from .figures import style
+
 __all__ = ["progress_enabled", "in_jupyter", "progress", "require", "setup"]
 
 
@@ -86,7 +88,7 @@ def require(*modules: str, lesson: str = "this lesson") -> None:
 
 
 def setup(seed: int = 0) -> None:
-    """Seed Python, NumPy and torch; set print options, warning filters and PNG figures."""
+    """Seed Python, NumPy and torch; set print options, warning filters, and PNG figures in the course's style."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -95,12 +97,11 @@ def setup(seed: int = 0) -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=".*IProgress not found.*")
     warnings.filterwarnings("ignore", module="tqdm")
+    style()
     try:
-        import matplotlib.pyplot as plt
         from IPython import get_ipython
         from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:  # outside Jupyter: plots are not shown anyway
         return
-    plt.rcParams.update({"figure.dpi": 80, "figure.figsize": (6, 3.5), "axes.grid": True})
     if get_ipython() is not None:  # outside IPython it would start a shell that replaces sys.modules['__main__']
         set_matplotlib_formats("png")
