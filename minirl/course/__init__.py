@@ -1,11 +1,12 @@
 """The course's tooling: exercise checkers, and the instructor's commands.
 
     check         exercise checkers: minirl.check.<name>(student_fn)
+    size          a lesson's main path in words and code lines, against the budget of a sitting
 
   Commands, imported by name only (they need the [instructor] extra: nbformat, nbclient, nbconvert):
     commands      open the course, hand it out, check it, grade it (python -m minirl.course)
     site          the lessons and guides as a static site (python -m minirl.course.site)
 """
-from . import check
+from . import check, size
 
-__all__ = ["check"]
+__all__ = ["check", "size"]

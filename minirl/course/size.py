@@ -1,0 +1,47 @@
+"""A lesson's size on its main path: what a student must read and run in one sitting.
+
+A section whose Markdown heading ends with "(optional)" is off the main path, with everything
+under it up to the next heading of its level or above; the main path never depends on it. The
+budget is what a student reads and runs in a sitting of about an hour and a half: 4,500 words of
+text and 350 lines of code (blank lines not counted).
+"""
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+__all__ = ["WORDS", "CODE_LINES", "OPTIONAL", "Size", "main_path_size"]
+
+WORDS, CODE_LINES = 4500, 350
+OPTIONAL = "(optional)"
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
+
+
+class Size(NamedTuple):
+    words: int  # Markdown words on the main path
+    code_lines: int  # non-blank code lines on the main path
+    optional_words: int
+    optional_code_lines: int
+
+
+def main_path_size(nb: dict) -> Size:
+    """Count words and code lines on and off the main path, reading headings in cell order. `nb` is the
+    notebook's JSON (or an nbformat node: the same keys)."""
+    optional_level = None  # the level of the optional heading we are under, if any
+    counts = [0, 0, 0, 0]
+    for cell in nb["cells"]:
+        kind, source = cell["cell_type"], cell["source"]
+        for line in (source if isinstance(source, str) else "".join(source)).splitlines():
+            heading = HEADING.match(line) if kind == "markdown" else None
+            if heading:
+                level = len(heading.group(1))
+                if optional_level is not None and level <= optional_level:
+                    optional_level = None
+                if optional_level is None and heading.group(2).lower().endswith(OPTIONAL):
+                    optional_level = level
+            off = 2 if optional_level is not None else 0
+            if kind == "markdown":
+                counts[off] += len((heading.group(2) if heading else line).split())  # a heading's words, not its #s
+            elif kind == "code" and line.strip():
+                counts[off + 1] += 1
+    return Size(*counts)
