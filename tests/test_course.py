@@ -100,6 +100,15 @@ def test_nbval_markers_are_cell_tags_not_comments(path):
 
 
 @pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
+def test_no_cell_holds_a_control_character(path):
+    """A script that writes "\\beta" into a cell without a raw string leaves a backspace and "eta" (lesson 09
+    once showed $eta^{-1}$): no cell source holds a control character other than a newline or a tab."""
+    for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        bad = sorted({hex(ord(ch)) for ch in cell.source if ord(ch) < 32 and ch not in "\n\t"})
+        assert not bad, f"{path.name}, cell {i}: control characters {bad}"
+
+
+@pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
 def test_no_other_cell_reads_what_an_exercise_defines(path):
     """An unfinished exercise (its body stubbed in the exercise version) breaks no other cell: no
     cell but the exercise's own reads a name an exercise cell defines. `make browser` runs the
