@@ -1,5 +1,6 @@
 """Course tooling: student versions stub every solution; with outputs kept, they expect every checker's FAIL."""
 import ast
+import json
 import os
 import subprocess
 import symtable
@@ -97,6 +98,16 @@ def test_nbval_markers_are_cell_tags_not_comments(path):
         if cell.cell_type == "code":
             assert "NBVAL_" not in cell.source, f"{path.name}: an NBVAL_ comment; use the cell tag instead"
             assert set(cell.metadata.get("tags", [])) <= {"nbval-ignore-output", "nbval-skip"}, cell.metadata
+
+
+@pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
+def test_every_cell_has_its_own_id(path):
+    """nbformat 4.5 gives every cell an id (JupyterLab and nbgrader rely on it; a cell added by a script
+    without one is a validation warning today and an error in future nbformat): present and unique."""
+    cells = json.loads(path.read_text())["cells"]
+    ids = [cell.get("id") for cell in cells]
+    assert None not in ids, f"{path.name}: cell {ids.index(None)} has no id"
+    assert len(set(ids)) == len(ids), f"{path.name}: repeated cell ids"
 
 
 @pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)

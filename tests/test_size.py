@@ -34,8 +34,8 @@ def test_comment_lines_in_code_are_not_headings():
 
 # Lessons whose main path is still over the budget: issue 46 splits them or marks sections optional, and each
 # comes off this list when it fits (the test is strict: a lesson on it that fits fails, so the list stays true)
-OVER_BUDGET = {"04_baselines_critics", "05_ppo", "07_reward_models", "08_rlhf", "09_dpo", "10_imitation_irl_gail",
-               "11_trl_scale_out", "13_rlvr_failure_modes", "14_agents_tools"}
+OVER_BUDGET = {"08_rlhf", "09_dpo", "10_imitation_irl_gail",
+               "11_trl_scale_out", "14_agents_tools"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="over budget (issue 46)"))
@@ -46,3 +46,65 @@ def test_every_lessons_main_path_fits_a_sitting(path):
     assert measured.words <= size.WORDS and measured.code_lines <= size.CODE_LINES, (
         f"{path.name}: {measured.words} words and {measured.code_lines} code lines on the main path "
         f"(budget {size.WORDS} and {size.CODE_LINES}); mark sections \"(optional)\" or split the lesson")
+
+
+def names_bound_and_read(source: str) -> tuple[set[str], set[str]]:
+    """The top-level names a cell binds, and every name it reads (magics and shell lines left out)."""
+    import ast
+
+    tree = ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+    bound = {t.id for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For))
+             for t in ast.walk(node.targets[0] if isinstance(node, ast.Assign) else node.target) if isinstance(t, ast.Name)}
+    bound |= {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    bound |= {(a.asname or a.name).split(".")[0] for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+              for a in node.names}
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return bound, read
+
+
+def optional_flags(nb: dict) -> list[bool]:
+    """For each cell, whether it lies in an optional section (as `main_path_size` reads the headings; a
+    Markdown cell counts by the heading it ends under)."""
+    flags, level = [], None
+    for cell in nb["cells"]:
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        for line in source.splitlines() if cell["cell_type"] == "markdown" else []:
+            heading = size.HEADING.match(line)
+            if heading:
+                if level is not None and len(heading.group(1)) <= level:
+                    level = None
+                if level is None and heading.group(2).lower().endswith(size.OPTIONAL):
+                    level = len(heading.group(1))
+        flags.append(level is not None)
+    return flags
+
+
+@pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
+def test_the_main_path_never_reads_what_an_optional_section_defines(path):
+    """A student may skip a section headed "(optional)": no later cell on the main path reads a name that
+    only an optional cell binds (a name the main path binds before it is fine)."""
+    nb = json.loads(path.read_text())
+    main_bound, optional_only = set(), set()
+    for cell, optional in zip(nb["cells"], optional_flags(nb)):
+        if cell["cell_type"] != "code":
+            continue
+        bound, read = names_bound_and_read("".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"])
+        if optional:
+            optional_only |= bound - main_bound
+        else:
+            leaked = (read - bound) & optional_only
+            assert not leaked, f"{path.name}: the main path reads {sorted(leaked)}, defined only in an optional section"
+            main_bound |= bound
+            optional_only -= bound
+
+
+def test_a_main_path_cell_reading_an_optional_name_is_caught(tmp_path):
+    nb = notebook(("markdown", "## 1. Main"), ("code", "a = 1"), ("markdown", "## 2. Aside (optional)"),
+                  ("code", "b = a + 1"), ("markdown", "## 3. Back"), ("code", "print(a)"))
+    path = tmp_path / "ok.ipynb"
+    path.write_text(json.dumps(nb))
+    test_the_main_path_never_reads_what_an_optional_section_defines(path)
+    nb["cells"][-1]["source"] = "print(a + b)"
+    path.write_text(json.dumps(nb))
+    with pytest.raises(AssertionError, match=r"reads \['b'\]"):
+        test_the_main_path_never_reads_what_an_optional_section_defines(path)
