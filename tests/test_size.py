@@ -34,7 +34,7 @@ def test_comment_lines_in_code_are_not_headings():
 
 # Lessons whose main path is still over the budget: issue 46 splits them or marks sections optional, and each
 # comes off this list when it fits (the test is strict: a lesson on it that fits fails, so the list stays true)
-OVER_BUDGET = {"08_rlhf", "09_dpo", "10_imitation_irl_gail"}
+OVER_BUDGET = {"08_rlhf", "10_imitation_irl_gail"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="over budget (issue 46)"))
