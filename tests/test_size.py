@@ -64,21 +64,9 @@ def names_bound_and_read(source: str) -> tuple[set[str], set[str]]:
     return bound, read
 
 
-def optional_flags(nb: dict) -> list[bool]:
-    """For each cell, whether it lies in an optional section (as `main_path_size` reads the headings; a
-    Markdown cell counts by the heading it ends under)."""
-    flags, level = [], None
-    for cell in nb["cells"]:
-        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-        for line in source.splitlines() if cell["cell_type"] == "markdown" else []:
-            heading = size.HEADING.match(line)
-            if heading:
-                if level is not None and len(heading.group(1)) <= level:
-                    level = None
-                if level is None and heading.group(2).lower().endswith(size.OPTIONAL):
-                    level = len(heading.group(1))
-        flags.append(level is not None)
-    return flags
+def optional_cells(nb: dict) -> set[int]:
+    """The code cells that lie in an optional section (a code cell has no heading: its lines share one flag)."""
+    return {i for i, kind, _, optional in size.lines(nb) if kind == "code" and optional}
 
 
 @pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
@@ -87,9 +75,11 @@ def test_the_main_path_never_reads_what_an_optional_section_defines(path):
     only an optional cell binds (a name the main path binds before it is fine)."""
     nb = json.loads(path.read_text())
     main_bound, optional_only = set(), set()
-    for cell, optional in zip(nb["cells"], optional_flags(nb)):
+    optional_code = optional_cells(nb)
+    for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] != "code":
             continue
+        optional = i in optional_code
         bound, read = names_bound_and_read("".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"])
         if optional:
             optional_only |= bound - main_bound

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-__all__ = ["WORDS", "CODE_LINES", "OPTIONAL", "Size", "main_path_size"]
+__all__ = ["WORDS", "CODE_LINES", "OPTIONAL", "Size", "lines", "main_path_size"]
 
 WORDS, CODE_LINES = 4500, 350
 OPTIONAL = "(optional)"
@@ -24,12 +24,11 @@ class Size(NamedTuple):
     optional_code_lines: int
 
 
-def main_path_size(nb: dict) -> Size:
-    """Count words and code lines on and off the main path, reading headings in cell order. `nb` is the
-    notebook's JSON (or an nbformat node: the same keys)."""
+def lines(nb: dict):
+    """Every line of every cell, in order, as (cell index, cell type, line, optional?), reading the
+    headings as they come. `nb` is the notebook's JSON (or an nbformat node: the same keys)."""
     optional_level = None  # the level of the optional heading we are under, if any
-    counts = [0, 0, 0, 0]
-    for cell in nb["cells"]:
+    for i, cell in enumerate(nb["cells"]):
         kind, source = cell["cell_type"], cell["source"]
         for line in (source if isinstance(source, str) else "".join(source)).splitlines():
             heading = HEADING.match(line) if kind == "markdown" else None
@@ -39,9 +38,17 @@ def main_path_size(nb: dict) -> Size:
                     optional_level = None
                 if optional_level is None and heading.group(2).lower().endswith(OPTIONAL):
                     optional_level = level
-            off = 2 if optional_level is not None else 0
-            if kind == "markdown":
-                counts[off] += len((heading.group(2) if heading else line).split())  # a heading's words, not its #s
-            elif kind == "code" and line.strip():
-                counts[off + 1] += 1
+            yield i, kind, line, optional_level is not None
+
+
+def main_path_size(nb: dict) -> Size:
+    """Count words and code lines on and off the main path."""
+    counts = [0, 0, 0, 0]
+    for _, kind, line, optional in lines(nb):
+        off = 2 if optional else 0
+        if kind == "markdown":
+            heading = HEADING.match(line)
+            counts[off] += len((heading.group(2) if heading else line).split())  # a heading's words, not its #s
+        elif kind == "code" and line.strip():
+            counts[off + 1] += 1
     return Size(*counts)
