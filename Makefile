@@ -1,6 +1,6 @@
 # The course's two commands:  make course  (open the lessons)   make test  (run every test)
 # Both create .venv and install what they need on first use: `make course` what the lessons need
-# (lesson 11's transformers and TRL come with `make trl`), `make test` the instructor's tools and the tests' too.
+# (lesson 15's transformers and TRL come with `make trl`), `make test` the instructor's tools and the tests' too.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -23,7 +23,7 @@ $(VENV)/.course: pyproject.toml constraints.txt jupyterlab/overrides.json
 	$(call venv_with,)
 	touch $@
 
-# lesson 11's transformers and TRL (about 0.5 GB), which the lessons' own install leaves out
+# lesson 15's transformers and TRL (about 0.5 GB), which the lessons' own install leaves out
 trl: install-course
 	$(BIN)/pip install -q -c constraints.txt -e ".[trl]"
 
@@ -70,7 +70,7 @@ unit: install
 slow: install
 	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist worksteal --durations=10 -m "slow and not seeds" tests
 
-# the further seeds of the recorded sweeps (GAIL's seeds 1-5, a few CPU-minutes each; lesson 08's PPO pipeline, seeds 3-5); not in `make test`
+# the further seeds of the recorded sweeps (GAIL's seeds 1-5, a few CPU-minutes each; lesson 09's PPO pipeline, seeds 3-5); not in `make test`
 seeds: install
 	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist worksteal --durations=10 -m seeds tests
 

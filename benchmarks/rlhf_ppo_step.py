@@ -1,4 +1,4 @@
-"""One PPO-RLHF step of lesson 08, against a reward model, timed part by part.
+"""One PPO-RLHF step of lesson 09, against a reward model, timed part by part.
 
     python benchmarks/rlhf_ppo_step.py          # writes benchmarks/results/rlhf_ppo_cpu.json
 
@@ -7,7 +7,7 @@ There is no peer to run beside it: TRL 1.16 (the version the course pins) ships 
 so this records minirl's own time, and the same step with the reward model swapped for the gold
 utility (a Python function) to show what the reward model's forward pass costs.
 
-The step is lesson 08's: the shipped SFT model as policy and reference, a critic copied from it,
+The step is lesson 09's: the shipped SFT model as policy and reference, a critic copied from it,
 `rm_all` as the reward (normalized scores), 64 completions of 'order:' (16 prompts x 4), up to 16
 new tokens, 4 epochs of 4 minibatches. Parts: sampling; the reward model's scores; what PPO fixes
 at collection time (reference log-probs, critic values, GAE); the update (policy and critic
@@ -67,7 +67,7 @@ def main() -> None:
     rm = rmod.as_reward_fn(reward_head.load_reward_model("rm_all"))
     runs = {"reward model (rm_all)": timed_steps(rm), "gold utility (a Python function)": timed_steps(rewards.order_gold_reward)}
     result = {
-        "benchmark": "PPO-RLHF step of lesson 08: SFT policy, 64 completions of 'order:' (16 x 4), up to 16 new tokens, "
+        "benchmark": "PPO-RLHF step of lesson 09: SFT policy, 64 completions of 'order:' (16 x 4), up to 16 new tokens, "
                      "4 epochs x 4 minibatches, critic copied from the policy; median over timed steps after warm-up",
         "peer": "none: TRL 1.16 has no PPO trainer (checked in trl.trainer and trl.experimental)",
         "machine": f"{cpu_name()}, {torch.get_num_threads()} threads",

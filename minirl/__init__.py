@@ -24,7 +24,7 @@ list (tests/test_layout.py checks it):
   exact       the micro world, solved exactly
                 micro, mdp, imitation, irl, micro_dpo, micro_gail, group_updates, entropy,
                 reward_design, distillation, micro_env
-  train       the trainers and lesson 08's measurements
+  train       the trainers and lessons 09 and 10's measurements
                 training, pg, ppo, grpo, sft, reward_model, dpo, best_of_n, raft, gail, rlhf,
                 overoptimization; commands pretrain, reward_models, sft_model, tool_model
   course      exercise checkers, a lesson's size; the instructor's commands (course.commands, course.site)

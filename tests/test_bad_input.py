@@ -310,7 +310,7 @@ CASES = [
     ("arithmetic_pass_at_k: no prompts", lambda: evaluate.arithmetic_pass_at_k(model(), minirl.load_tokenizer(), [], 4, (1,),
                                                                               None), ValueError, "no prompts given"),
     ("pass_at_k: k > n", lambda: evaluate.pass_at_k(4, 1, 8), ValueError, "1 <= k <= n"),
-    # ------------------------------------------------------------ lesson 08: SFT, best-of-N, RAFT, over-optimization
+    # ------------------------------------------------------------ lessons 09-10: SFT, best-of-N, RAFT, over-optimization
     ("SFTConfig: zero steps", lambda: sft.SFTConfig(steps=0), ValueError, "steps must be"),
     ("SFTConfig: negative learning rate", lambda: sft.SFTConfig(lr=-1e-4), ValueError, "lr must be"),
     ("train_sft: no demonstrations", lambda: sft.train_sft(model(), []), ValueError, "non-empty list"),

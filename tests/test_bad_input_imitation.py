@@ -389,7 +389,7 @@ def test_best_of_n_builds_its_tensors_where_its_input_lives():
 
 
 def test_kl_divergence_takes_what_is_not_a_distribution():
-    """Lesson 08 measures the 'KL' of a buggy best-of-n whose probabilities do not sum to 1: kl_divergence
+    """Lesson 09 measures the 'KL' of a buggy best-of-n whose probabilities do not sum to 1: kl_divergence
     refuses NaN and negative entries only."""
     assert best_of_n.kl_divergence(3 * P, P) == pytest.approx(3 * math.log(3))
 

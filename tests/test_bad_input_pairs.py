@@ -282,6 +282,6 @@ def test_the_trainer_takes_label_1_and_identical_responses():
 
 
 def test_policy_report_may_measure_a_model_against_itself():
-    """Lesson 08 reports the base model against itself (KL 0): allowed, unlike a trainer's reference."""
+    """Lesson 09 reports the base model against itself (KL 0): allowed, unlike a trainer's reference."""
     report = rlhf.policy_report(sft(), sft(), samples=2, seed=0)
     assert report["kl"] == pytest.approx(0.0, abs=1e-5) and math.isfinite(report["kl_se"])

@@ -71,7 +71,7 @@ def slider_cells(name: str) -> list[int]:
 
 WIDGET_LESSONS = [n for n in NOTEBOOKS if slider_cells(n)]
 PLAIN_LESSONS = [n for n in NOTEBOOKS if n not in WIDGET_LESSONS]
-RUN_ALL = "10_imitation_irl_gail.ipynb"  # the cheapest slider lesson with a training run (and so a progress bar)
+RUN_ALL = "12_imitation_irl_gail.ipynb"  # the cheapest slider lesson with a training run (and so a progress bar)
 
 
 @dataclass

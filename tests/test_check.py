@@ -74,7 +74,7 @@ def test_lesson_05_06_checkers(capsys):
     assert verdict(capsys, check.kl_k3, lambda p, q: kl.kl_k3(q, p)).startswith("FAIL kl_k3")  # sign of log ratio flipped
 
 
-def test_lesson_08_checkers(capsys):
+def test_lesson_09_checkers(capsys):
     from minirl import losses
     assert verdict(capsys, check.sft_loss, own(losses.sft_loss)).startswith("PASS sft_loss: 5 cases")
     counts_the_prompt = lambda logits, tokens, mask: losses.sft_loss(logits, tokens, torch.ones_like(mask))  # noqa: E731
@@ -92,7 +92,21 @@ def test_lesson_08_checkers(capsys):
     assert "not implemented yet" in verdict(capsys, check.select_best, not_done)
 
 
-def test_lesson_09_checkers(capsys):
+def test_lesson_10_checker_passes_log_space_and_names_each_mistake(capsys):
+    from minirl.train import overoptimization as oo
+    assert verdict(capsys, check.kl_regularized_optimum, own(oo.tilted)).startswith("PASS kl_regularized_optimum: 6 cases")
+    naive = lambda ref, r, b: ref * torch.exp(r / b) / (ref * torch.exp(r / b)).sum()  # noqa: E731  right, but overflows
+    assert "overflows at a small beta" in verdict(capsys, check.kl_regularized_optimum, naive)
+    times_beta = lambda ref, r, b: torch.softmax(torch.log(ref) + r * b, dim=0)  # noqa: E731
+    assert "beta multiplies the reward" in verdict(capsys, check.kl_regularized_optimum, times_beta)
+    no_ref = lambda ref, r, b: torch.softmax(r / b, dim=0)  # noqa: E731
+    assert "pi_ref is missing" in verdict(capsys, check.kl_regularized_optimum, no_ref)
+    no_z = lambda ref, r, b: ref * torch.exp(r / b)  # noqa: E731
+    assert "Z is missing" in verdict(capsys, check.kl_regularized_optimum, no_z)
+    assert "not implemented yet" in verdict(capsys, check.kl_regularized_optimum, not_done)
+
+
+def test_lesson_11_checkers(capsys):
     from minirl import losses
     dpo = lambda *args: losses.dpo_loss(*args)  # noqa: E731
     assert verdict(capsys, check.dpo_loss, dpo).startswith("PASS dpo_loss: 5 cases")
@@ -110,7 +124,7 @@ def test_lesson_09_checkers(capsys):
     assert "not implemented yet" in verdict(capsys, check.dpo_loss, not_done)
 
 
-def test_lesson_10_checkers(capsys):
+def test_lesson_12_checkers(capsys):
     from minirl import losses
     svi = lambda mdp, r: mdp.soft_value_iteration(r)[0]  # noqa: E731
     assert verdict(capsys, check.soft_value_iteration, svi).startswith("PASS soft_value_iteration: 4 cases")
@@ -136,7 +150,7 @@ def test_lesson_10_checkers(capsys):
     assert "not implemented yet" in verdict(capsys, check.importance_weights, not_done)
 
 
-def test_lesson_11_checkers(capsys):
+def test_lesson_15_checkers(capsys):
     from minirl.lm import memory
     mask_positions = lambda m: (m.long().cumsum(-1) - 1).clamp(min=0)  # noqa: E731
     assert verdict(capsys, check.positions_from_mask, mask_positions).startswith("PASS positions_from_mask: 5 cases")
@@ -334,7 +348,7 @@ def test_all_names_the_public_api():
 
 
 def test_off_policy_checkers_pass_the_package_and_name_each_mistake(capsys):
-    """Lesson 12's two checkers: minirl.core.corrections' functions pass (through a student's wrapper),
+    """Lesson 07's two checkers: minirl.core.corrections' functions pass (through a student's wrapper),
     and each planted mistake is named."""
     from minirl.core import corrections, ops
 

@@ -112,7 +112,7 @@ def test_every_cell_has_its_own_id(path):
 
 @pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
 def test_no_cell_holds_a_control_character(path):
-    """A script that writes "\\beta" into a cell without a raw string leaves a backspace and "eta" (lesson 09
+    """A script that writes "\\beta" into a cell without a raw string leaves a backspace and "eta" (lesson 11
     once showed $eta^{-1}$): no cell source holds a control character other than a newline or a tab."""
     for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
         bad = sorted({hex(ord(ch)) for ch in cell.source if ord(ch) < 32 and ch not in "\n\t"})
@@ -239,6 +239,32 @@ def test_student_versions_never_replace_a_students_work(tmp_path, capsys):
     assert "# my notes" in target.read_text() and "kept" in capsys.readouterr().out
     commands.write_student_versions(lesson, tmp_path, force=True)
     assert "# my notes" not in target.read_text()
+
+
+def test_renamed_lessons_point_to_lessons_that_exist_and_reuse_no_old_name():
+    """Each old name became current lessons, and no current lesson has an old name (so a student's
+    old notebook is never the file a fresh copy is written to)."""
+    current = {p.stem for p in commands.lesson_paths([])}
+    assert all(set(became) <= current for became in commands.RENAMED.values())
+    assert not current & set(commands.RENAMED)
+
+
+def test_student_versions_name_what_each_old_lesson_became(tmp_path, capsys):
+    old = tmp_path / "08_rlhf.ipynb"
+    old.write_text("my work")
+    commands.write_student_versions([commands.LESSONS / "09_rlhf.ipynb"], tmp_path)
+    out = capsys.readouterr().out
+    assert f"{tmp_path / '08_rlhf'}.ipynb is lesson 09 and 10 now (09_rlhf.ipynb, 10_overoptimization.ipynb)" in out
+    assert old.read_text() == "my work" and (tmp_path / "09_rlhf.ipynb").exists()
+
+
+def test_a_submission_under_an_old_name_is_graded_as_the_lesson_it_became(tmp_path, monkeypatch):
+    (tmp_path / "ada").mkdir()
+    nbformat.write(submission(RIGHT), tmp_path / "ada" / "07_reward_models.ipynb")
+    monkeypatch.setattr(commands, "run_submission", lambda path, timeout: ({"bradley_terry_loss": "pass"}, "ran"))
+    columns, table, runs = commands.grade(tmp_path, timeout=20)
+    assert columns == [f"08/{name}" for name in commands.expected_exercises("08_reward_models")]
+    assert table["ada"]["08/bradley_terry_loss"] == "pass" and runs["ada"] == {"08_reward_models": "ran"}
 
 
 @pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)

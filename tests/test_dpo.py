@@ -1,4 +1,4 @@
-"""Lesson 09's DPO pieces against references computed apart from them: the DPO, IPO and SimPO
+"""Lesson 11's DPO pieces against references computed apart from them: the DPO, IPO and SimPO
 losses against their closed forms written with `math` one pair at a time (and DPO against the
 Bradley-Terry loss of the implicit rewards); sequence log-probs against a plain loop over ragged
 rows; the micro world's DPO optimum against the RLHF optimum from `minirl.exact.mdp`'s enumeration;

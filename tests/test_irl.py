@@ -1,4 +1,4 @@
-"""Lesson 10's first pieces against references computed apart from them: soft value iteration
+"""Lesson 12's first pieces against references computed apart from them: soft value iteration
 against brute-force enumeration of the micro world's completions, the MaxEnt IRL gradient against
 autograd of the enumerated log-likelihood, exact IRL recovering the world's reward, importance-
 weighted estimates converging to the exact gradient, and GAIL's discriminator loss against its

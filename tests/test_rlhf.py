@@ -1,4 +1,4 @@
-"""Lesson 08's RLHF pieces against references computed apart from them: best-of-N by enumerating
+"""Lesson 09's RLHF pieces against references computed apart from them: best-of-N by enumerating
 every N-tuple of draws, the SFT loss and sequence log-probs one unpadded sequence at a time, Gao
 et al.'s fits on synthetic curves, the tilted optimum by a plain loop, PPO on a reward function
 against PPO on the equivalent task, the critic started from a reward model against the reward

@@ -32,14 +32,7 @@ def test_comment_lines_in_code_are_not_headings():
     assert size.main_path_size(nb) == size.Size(words=1, code_lines=2, optional_words=0, optional_code_lines=0)
 
 
-# Lessons whose main path is still over the budget: issue 46 splits them or marks sections optional, and each
-# comes off this list when it fits (the test is strict: a lesson on it that fits fails, so the list stays true)
-OVER_BUDGET = {"08_rlhf", "10_imitation_irl_gail"}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="over budget (issue 46)"))
-                                  if p.stem in OVER_BUDGET else p for p in commands.lesson_paths([])],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
 def test_every_lessons_main_path_fits_a_sitting(path):
     measured = size.main_path_size(json.loads(path.read_text()))
     assert measured.words <= size.WORDS and measured.code_lines <= size.CODE_LINES, (

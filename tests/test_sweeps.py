@@ -49,7 +49,7 @@ def test_reward_model_csv_covers_every_job():
 
 @pytest.mark.slow
 def test_rerunning_one_reward_model_point_reproduces_its_row():
-    """Lesson 07 re-runs (pairs, 250, seed 0); this re-runs another: scores at 500 labels, seed 1."""
+    """Lesson 08 re-runs (pairs, 250, seed 0); this re-runs another: scores at 500 labels, seed 1."""
     script = load_script("reward_models")
     recorded = next(r for r in script.read_rows() if r["kind"] == "scores" and r["labels"] == 500 and r["seed"] == 1)
     row = script.run("scores", 500, 1, 0.0)
@@ -58,7 +58,7 @@ def test_rerunning_one_reward_model_point_reproduces_its_row():
 
 
 def test_rlhf_csvs_cover_every_job():
-    """Lesson 08's sweep: every job of the script has its rows, evaluated at the steps it promises."""
+    """Lesson 09's sweep: every job of the script has its rows, evaluated at the steps it promises."""
     script = load_script("rlhf")
     tuning = script.read_rows("rlhf_tuning")
     assert [(r["method"], r["lr"], r["seed"]) for r in tuning] == script.tuning_jobs()
@@ -85,7 +85,7 @@ def test_rlhf_csvs_cover_every_job():
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, *(pytest.param(s, marks=pytest.mark.seeds) for s in range(3, 6))])
 def test_rlhf_pipeline_holds_on_more_seeds(seed):
-    """Lesson 08 runs PPO against rm_all from the SFT model live with seed 0, evaluates the policy after
+    """Lesson 09 runs PPO against rm_all from the SFT model live with seed 0, evaluates the policy after
     updates 12, 14, ..., 20 and asserts, over that window, a median gold at least 0.15 above SFT's and a
     median valid share of at least 0.7 (bounds below the worst of nine runs tried over seeds and two
     instruction sets: a PPO run here can dip for one update, or sag for several). This re-runs two more
@@ -123,7 +123,7 @@ def test_rlhf_pipeline_holds_on_more_seeds(seed):
 
 @pytest.mark.slow
 def test_retraining_the_weakest_reward_model_reproduces_its_column():
-    """Lesson 08 reads, exactly and from rm_scores.csv, that the weakest reward model (rm_50_1) turns
+    """Lesson 10 reads, exactly and from rm_scores.csv, that the weakest reward model (rm_50_1) turns
     over by at least 0.3 inside the valid orders. This retrains it with the script: on the machine that
     wrote the CSV the scores come back identical; on another CPU a model fitted to 50 pairs takes
     another path (on an AMD EPYC without AVX-512: correlation 0.86 with the recorded column, expected
@@ -151,7 +151,7 @@ def test_retraining_the_weakest_reward_model_reproduces_its_column():
 
 
 def test_dpo_csvs_cover_every_job():
-    """Lesson 09's sweep: every job has its rows, evaluated at the steps it promises."""
+    """Lesson 11's sweep: every job has its rows, evaluated at the steps it promises."""
     script = load_script("dpo")
     tuning = script.read_rows("dpo_tuning")
     assert [(r["method"], r["lr"], r["seed"]) for r in tuning] == script.tuning_jobs()
@@ -171,7 +171,7 @@ def test_dpo_csvs_cover_every_job():
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_dpo_holds_on_more_seeds(seed):
-    """Lesson 09 runs DPO at beta = 1 from the SFT model live with seed 0 and asserts, over its last five
+    """Lesson 11 runs DPO at beta = 1 from the SFT model live with seed 0 and asserts, over its last five
     evaluations (DPO runs dip and recover), a median gold at least 0.5 above the base model's and a
     median valid share of at least 90%, and that the chosen responses' log-prob falls while the margin
     grows; this re-runs two more seeds of the sweep (rows 'dpo', beta 1 of dpo_evals.csv) with the
@@ -197,7 +197,7 @@ def test_dpo_holds_on_more_seeds(seed):
 
 
 def test_gail_csvs_cover_every_job():
-    """Lesson 10's sweep: every job has its rows, evaluated at the steps it promises; the
+    """Lesson 12's sweep: every job has its rows, evaluated at the steps it promises; the
     discriminators' logits cover every plan."""
     from minirl.world import generate
     script = load_script("gail")
@@ -223,7 +223,7 @@ def test_gail_csvs_cover_every_job():
 @pytest.mark.minutes
 @pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.seeds) for s in range(1, 6))])
 def test_gail_meets_its_target_on_every_seed(seed):
-    """Lesson 10 reads GAIL's runs from gail_evals.csv and says that on each of its six seeds GAIL
+    """Lesson 12 reads GAIL's runs from gail_evals.csv and says that on each of its six seeds GAIL
     (2,000 demonstrations) ends with KL(expert || policy) at least 40% below the base's and a true
     reward within 0.3 of the expert's. This re-runs each seed with the script and asserts exactly that,
     and that at least 95% of the final policy's mass is on plans. `make test` re-runs seed 0 (about 5
@@ -263,7 +263,7 @@ def test_estimators_csv_covers_every_job():
 
 
 def test_stale_csvs_cover_every_job():
-    """Lesson 12's sweep: every tuning job and every reported job, at the rates the tuning chose."""
+    """Lesson 07's sweep: every tuning job and every reported job, at the rates the tuning chose."""
     script = load_script("stale")
     tuning = script.read_rows("stale_tuning")
     assert [(r["run"], r["seed"], r["lr"]) for r in tuning] == script.tuning_jobs()
@@ -276,7 +276,7 @@ def test_stale_csvs_cover_every_job():
 
 @pytest.mark.slow
 def test_rerunning_one_stale_point_reproduces_its_row():
-    """Lesson 12 re-runs (stale-2-tis, seed 0) live; this re-runs another: no correction, 1 stale, seed 2."""
+    """Lesson 07 re-runs (stale-2-tis, seed 0) live; this re-runs another: no correction, 1 stale, seed 2."""
     script = load_script("stale")
     rate = script.tuned_rates(script.read_rows("stale_tuning"))["stale-1-none"]
     recorded = next(r for r in script.read_rows("stale") if r["run"] == "stale-1-none" and r["seed"] == 2)

@@ -1,10 +1,10 @@
-"""Lesson 09's sweep, too long for the lesson's two minutes: DPO and its variants on the orders
+"""Lesson 11's sweep, too long for the lesson's two minutes: DPO and its variants on the orders
 pairs, judged against the hidden gold utility. Recorded command:
 
     OMP_NUM_THREADS=1 python lessons/sweeps/dpo.py                  # every job: about 30 min on 2 cores
     OMP_NUM_THREADS=1 python lessons/sweeps/dpo.py --only dpo 1.0 0  # one run, its eval rows printed
 
-Every run starts from the shipped SFT model, which is also its frozen reference (as lesson 08's
+Every run starts from the shipped SFT model, which is also its frozen reference (as lesson 09's
 PPO runs), and is judged by `minirl.train.rlhf.policy_report` on EVAL_SAMPLES fresh samples every
 EVAL_EVERY steps (gold, valid share, KL(pi || pi_sft), length), plus, on the same steps:
 `valid_mass`, the policy's total probability of the 1,008 valid orders (in their canonical
@@ -37,7 +37,7 @@ draws its batches of the same 2,250 pairs in the same order (`random.Random(seed
 seed, online included, starts from the same SFT model and draws its evaluation samples from the same
 generator seed (seed + 123), so their step-0 evaluations are identical; the win rate's samples use
 fixed seeds (WIN_SEED) in every run. So runs of one seed are compared paired (`compare.paired`);
-lesson 08's PPO runs share none of this (other data, other seeds: `compare.unpaired`).
+lesson 09's PPO runs share none of this (other data, other seeds: `compare.unpaired`).
 """
 from __future__ import annotations
 

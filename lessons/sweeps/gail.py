@@ -1,4 +1,4 @@
-"""Lesson 10's sweep, too long for the lesson's two minutes: GAIL and behaviour cloning on the plans
+"""Lesson 12's sweep, too long for the lesson's two minutes: GAIL and behaviour cloning on the plans
 world, every policy scored exactly against the expert over all 1,296 plans. Recorded command:
 
     OMP_NUM_THREADS=1 python lessons/sweeps/gail.py                 # every job (see below for the time)

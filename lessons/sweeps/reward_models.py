@@ -1,4 +1,4 @@
-"""Lesson 07's sweeps, too long for the lesson's two minutes: reward models trained on 50 to all
+"""Lesson 08's sweeps, too long for the lesson's two minutes: reward models trained on 50 to all
 2,250 preference pairs, with and without the imitation loss, and regressed on the same numbers of
 absolute scores. Recorded command:
 

@@ -1,4 +1,4 @@
-"""Lesson 08's sweeps, too long for the lesson's two minutes: RLHF on the orders world against
+"""Lessons 09 and 10's sweeps, too long for the lesson's two minutes: RLHF on the orders world against
 reward models, measured against the hidden gold utility. Recorded command:
 
     OMP_NUM_THREADS=1 python lessons/sweeps/rlhf.py                  # every job: about 45 min on 2 cores
@@ -16,7 +16,7 @@ the reward model's normalized score as `proxy`, length, repetition). Jobs, by CS
   TUNING_STEPS steps; RAFT for RAFT_ROUNDS rounds; `minirl.core.compare.choose_rate`, and a choice at a
   grid's end stops the sweep: RAFT's grid, first 3e-5..3e-4, was extended to 1e-3). The reported
   seeds (SEEDS) are not among them.
-  Lesson 08's live pipeline run is PPO at PIPELINE_BETA for PIPELINE_STEPS steps: a point of the
+  Lesson 09's live pipeline run is PPO at PIPELINE_BETA for PIPELINE_STEPS steps: a point of the
   'ppo' rows below (their evals at that step).
 - rlhf_evals.csv / rlhf_steps.csv: PPO against rm_all at each beta of BETAS (the pipeline's beta
   among them; 'ppo'), and with the critic initialized from rm_all ('ppo-rm-critic'), at the tuned
@@ -34,9 +34,9 @@ the reward model's normalized score as `proxy`, length, repetition). Jobs, by CS
 - best_of_n.csv: best-of-N from the SFT model against rm_all for each N of N_VALUES, BON_PICKS
   picks per seed: gold, valid, proxy of the picks, the KL bound log N - (N-1)/N and the plug-in
   estimate (`minirl.train.best_of_n.kl_plugin_estimate`, 16,384 plain draws).
-- rm_scores.csv: reward models trained like lesson 07's (RMConfig(), base trunk) on LABELS pairs
+- rm_scores.csv: reward models trained like lesson 08's (RMConfig(), base trunk) on LABELS pairs
   with SEEDS, normalized on base samples, and their scores of the 1,008 valid orders, one column
-  per model: lesson 08 computes the exact over-optimization curves from them.
+  per model: lesson 10 computes the exact over-optimization curves from them.
 
 History: seeds 0-2 ran as one sweep (about 45 min on 2 cores). Seeds 3-5 were added later with
 `--seeds 3 4 5` (about 48 min on 2 cores of an AMD EPYC with AVX-512), at the rates of

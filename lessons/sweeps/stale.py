@@ -1,4 +1,4 @@
-"""Lesson 12's sweep, too long for the lesson's two minutes: GRPO on arithmetic with rollouts 0, 1
+"""Lesson 07's sweep, too long for the lesson's two minutes: GRPO on arithmetic with rollouts 0, 1
 and 2 updates stale, with no correction, with PPO's clipped ratio, and with truncated importance
 sampling. Recorded command:
 

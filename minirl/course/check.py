@@ -33,7 +33,7 @@ __all__ = [
     "pass_at_k", "masked_mean", "discounted_return", "trajectory_log_prob", "exact_objective", "score_function",
     "surrogate_loss", "reward_to_go", "reinforce_loss", "gae", "bias_and_variance", "clipped_objective",
     "group_advantages", "kl_k3", "bradley_terry_loss", "elo_update", "accuracy_ceiling", "sft_loss", "select_best",
-    "best_of_n_kl_bound", "dpo_loss", "sequence_logprob", "soft_value_iteration", "gail_discriminator_loss",
+    "best_of_n_kl_bound", "kl_regularized_optimum", "dpo_loss", "sequence_logprob", "soft_value_iteration", "gail_discriminator_loss",
     "importance_weights", "positions_from_mask", "zero_model_states", "truncated_is_weights", "sequence_ratio",
     "first_order_entropy_change", "normalize_then_sum", "action_mask", "turn_returns",
 ]
@@ -630,7 +630,7 @@ def kl_k3(student_fn) -> None:
     run_cases("kl_k3", student_fn, _loop_k3, cases, traps=(upside_down,))
 
 
-# ---------------------------------------------------------------- lesson 07
+# ---------------------------------------------------------------- lesson 08
 def _loop_bt_loss(chosen, rejected, labels):
     total = 0.0
     for c, r, y in zip(chosen.tolist(), rejected.tolist(), labels.tolist()):
@@ -695,7 +695,7 @@ def accuracy_ceiling(student_fn) -> None:
     run_cases("accuracy_ceiling", student_fn, _loop_ceiling, cases)
 
 
-# ---------------------------------------------------------------- lesson 08
+# ---------------------------------------------------------------- lesson 09
 def _loop_sft_loss(logits, tokens, mask):
     total = count = 0.0
     for b in range(tokens.size(0)):
@@ -769,7 +769,40 @@ def best_of_n_kl_bound(student_fn) -> None:
     run_cases("best_of_n_kl_bound", student_fn, lambda n: math.log(n) - (n - 1) / n, cases, traps=(log_n,))
 
 
-# ---------------------------------------------------------------- lesson 09
+# ---------------------------------------------------------------- lesson 10
+def _loop_optimum(ref, reward, beta):
+    """pi_ref(y) e^{r(y)/beta} / Z by a plain loop, each weight scaled by e^{-max r / beta} (Z cancels
+    it), over the support where pi_ref > 0."""
+    pairs = list(zip(ref.tolist(), reward.tolist()))
+    top = max(r for p, r in pairs if p > 0)
+    w = [p * math.exp((r - top) / beta) if p > 0 else 0.0 for p, r in pairs]
+    return torch.tensor([x / sum(w) for x in w], dtype=torch.float64)
+
+
+def kl_regularized_optimum(student_fn) -> None:
+    """Check kl_regularized_optimum(ref_probs, reward, beta) -> pi_ref e^{r/beta} / Z, shape (n,)."""
+    f64 = dict(dtype=torch.float64)
+    ref4, r4 = torch.tensor([0.4, 0.3, 0.2, 0.1], **f64), torch.tensor([0.0, 1.0, -0.5, 2.0], **f64)
+    cases = [("a uniform reference, beta = 1", (torch.full((3,), 1 / 3, **f64), torch.tensor([1.0, 0.0, -1.0], **f64), 1.0)),
+             ("beta = 0.1", (ref4, r4, 0.1)),
+             ("beta = 10, close to the reference", (ref4, r4, 10.0)),
+             ("beta = 0.001, r / beta up to 2,000", (ref4, r4, 1e-3)),
+             ("a completion the reference never writes", (torch.tensor([0.5, 0.0, 0.5], **f64), torch.tensor([0.0, 5.0, 1.0], **f64), 0.5)),
+             ("float32 inputs", (ref4.float(), r4.float(), 0.2))]
+    traps = (Trap("e^(r beta): beta multiplies the reward, where it divides it.", "Use reward / beta.",
+                  _gives(lambda ref, r, b: _loop_optimum(ref, r, 1 / b))),
+             Trap("pi_ref is missing: softmax(r / beta) is the optimum against a uniform reference only.",
+                  "Weigh each completion by its reference probability: log pi_ref + r / beta.",
+                  _gives(lambda ref, r, b: _loop_optimum(torch.ones_like(ref), r, b))),
+             Trap("Z is missing: the weights do not add up to 1.", "Divide by their sum (or use softmax).",
+                  _gives(lambda ref, r, b: ref.double() * torch.exp(r.double() / b))),
+             Trap("e^(r / beta) overflows at a small beta (e^2000 is inf even in float64), and inf / inf is NaN.",
+                  "Work in log space: torch.softmax(torch.log(ref_probs) + reward / beta, dim=0).",
+                  lambda got, want, args: args[2] < 0.01 and not bool(torch.isfinite(got).all())))
+    run_cases("kl_regularized_optimum", student_fn, _loop_optimum, cases, traps=traps)
+
+
+# ---------------------------------------------------------------- lesson 11
 def _loop_dpo(pc, pr, rc, rr, beta):
     """loss, then the chosen and the rejected implicit rewards, as one vector (1 + 2B,)."""
     total, chosen, rejected = 0.0, [], []
@@ -966,7 +999,7 @@ def zero_model_states(student_fn) -> None:
     run_cases("zero_model_states", student_fn, _zero_per_rank, cases)
 
 
-# ---------------------------------------------------------------- lesson 12
+# ---------------------------------------------------------------- lesson 07
 def _off_policy_cases() -> list[tuple[str, tuple]]:
     """(logp, behaviour_logp, mask) cases: log pi and log mu of sampled tokens, padding after EOS."""
     g = torch.Generator().manual_seed(0)

@@ -40,7 +40,7 @@ class Episodes:
 
 class MicroMDP:
     def __init__(self, gamma: float = 1.0, horizon: int = micro.HORIZON):
-        """horizon: the longest completion K (the world's is 3; lesson 10 varies it to watch
+        """horizon: the longest completion K (the world's is 3; lesson 12 varies it to watch
         imitation errors compound). Rewards do not depend on it."""
         self.gamma = validate.number("gamma", gamma, 0.0, 1.0)
         self.prompts = micro.PROMPTS

@@ -174,7 +174,7 @@ def normalize(rm: RewardModel, policy: GPT, samples: int = 512, seed: int = 0, t
 
 REWARD_MODELS = {
     "rm_all": {"pairs": None, "seed": 0},  # every training pair (2,250)
-    "rm_100": {"pairs": 100, "seed": 0},  # 100 of them: lesson 07's weak, overconfident reward model
+    "rm_100": {"pairs": 100, "seed": 0},  # 100 of them: lesson 08's weak, overconfident reward model
 }
 
 

@@ -1,6 +1,6 @@
 """(prompt, response) sequences: the one place they are tokenized, padded, masked, batched and scored.
 
-SFT, the reward model, DPO, GAIL, RAFT and lesson 08's measurements all see a demonstration or a
+SFT, the reward model, DPO, GAIL, RAFT and lessons 09 and 10's measurements all see a demonstration or a
 preference pair the same way: prompt and response encoded apart (as the sampler sees them), then
 EOS when the response ended; right-padded with the course's <|pad|> token; a mask that is 1 on
 the response's tokens (EOS included) and 0 on the prompt and the padding; and log pi(response +

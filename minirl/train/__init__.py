@@ -1,4 +1,4 @@
-"""Training the tiny GPT: every trainer with its config, and what lesson 08 measures.
+"""Training the tiny GPT: every trainer with its config, and what lessons 09 and 10 measure.
 
 Each trainer's home is its module; the trainers and their configs are also here, so that
 `from minirl.train import GRPOConfig, train_grpo` is the one import homework needs.
@@ -13,7 +13,7 @@ Each trainer's home is its module; the trainers and their configs are also here,
     best_of_n         best-of-N sampling, its exact distribution and KL (best_of_n)
     raft              reward-ranked fine-tuning (RAFTConfig, train_raft)
     gail              GAIL and AIRL on the plans world (GAILConfig, train_gail)
-    rlhf              lesson 08's measurements on the orders world
+    rlhf              lessons 09 and 10's measurements on the orders world
     overoptimization  exact over-optimization curves, Gao et al.'s forms
 
   Commands, imported by name only:

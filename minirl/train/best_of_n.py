@@ -117,7 +117,7 @@ def kl_divergence(p: torch.Tensor, q: torch.Tensor) -> float:
     if p.shape != q.shape:
         raise ValueError(f"p and q must be 1-D of one shape (one support), got {tuple(p.shape)} and {tuple(q.shape)}")
     _check_device("p", p, "q", q)
-    _check_nonnegative("p", p)  # not checked to sum to 1: lesson 08 measures a buggy best-of-n's 'KL' with it
+    _check_nonnegative("p", p)  # not checked to sum to 1: lesson 09 measures a buggy best-of-n's 'KL' with it
     _check_nonnegative("q", q)
     p, q = p.double(), q.double()
     return max(0.0, (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum().item())

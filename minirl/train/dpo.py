@@ -12,7 +12,7 @@ modes spend batch_size labels per step.
 
 Metrics per step: loss, preference accuracy (a tie counts 1/2), mean margin of the implicit
 rewards, mean chosen and rejected sequence log-probs and implicit rewards. Every `eval_every`
-steps (and at the start and the end) the policy is judged like lesson 08's: `rlhf.policy_report`
+steps (and at the start and the end) the policy is judged like lesson 09's: `rlhf.policy_report`
 on `eval_samples` fresh samples of 'order:' (gold, valid share, KL(pi || pi_ref), length).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""RLHF on the orders world: what lesson 08 measures at every stage, against the hidden truth.
+"""RLHF on the orders world: what lessons 09 and 10 measure at every stage, against the hidden truth.
 
 Every stage (base, SFT, RLHF, best-of-N, RAFT) is judged the same way on fresh samples of the
 prompt 'order:' at temperature 1 (`policy_report`):
@@ -94,7 +94,7 @@ def policy_report(policy: GPT, reference: GPT, samples: int = 512, seed: int = 1
                   tokenizer=None) -> dict[str, float]:
     """Gold, valid share, KL to `reference` (with its standard error), proxy, length, repetition
     and truncation over `samples` fresh samples (see the module docstring). `reference` may be
-    `policy` itself (its KL is then 0: lesson 08 reports the base model so), but must be on its device;
+    `policy` itself (its KL is then 0: lesson 09 reports the base model so), but must be on its device;
     `samples` >= 2, since kl_se is a standard deviation over them."""
     if validate.integer("samples", samples, minimum=-2**63) < 2:
         raise ValueError(f"samples must be >= 2, got {samples}: the report's kl_se is the standard deviation of the "

@@ -6,7 +6,7 @@ minirl.train.sft_model`) is trained on the *chosen*
 response of each training preference pair (`chosen_demos`), as Rafailov et al. (2023) did for
 Anthropic's HH data when no SFT model existed: the chosen side is a response a person preferred,
 so imitating it moves the base model toward what the annotator likes (the gold utility of the
-chosen responses averages 1.40, of the base model's samples 1.15). It is the start of lesson 08's
+chosen responses averages 1.40, of the base model's samples 1.15). It is the start of lesson 09's
 RLHF pipeline and the reference its KL is measured against. RAFT (`minirl.train.raft`) reuses `fit`
 on its best-of-N winners' sampled tokens.
 """

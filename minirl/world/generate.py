@@ -12,7 +12,7 @@ Files (one JSON object or one text per line):
     world/prompts_<family>.jsonl  RL / evaluation prompts with a train/test split
     world/order_prefs.jsonl       Bradley-Terry preference pairs over orders (noisy labels)
     world/plan_demos.jsonl        expert plans, soft-optimal for the hidden plan reward
-    world/order_scores.jsonl      absolute scores of single orders by noisy annotators (lesson 07)
+    world/order_scores.jsonl      absolute scores of single orders by noisy annotators (lesson 08)
 
 Files added after the first release draw from random streams of their own (`stream`), so adding
 one leaves every earlier file byte for byte what it was.

@@ -120,7 +120,7 @@ def tool_task(cost: float = 0.0, max_calls: int = 1, per_turn: bool = True) -> T
 
 def orders_task() -> Task:
     """The hidden annotator's utility of the whole order (the matcha lover, after Alex Xie's lecture
-    "RL for LLMs: From Parrots to Agents"), at the last token: the gold reward that lessons 07-09
+    "RL for LLMs: From Parrots to Agents"), at the last token: the gold reward that lessons 08-11
     learn from preferences instead."""
     def token_rewards(rollout: Rollout, enc) -> torch.Tensor:
         return last_token_rewards(rollout, rewards.order_gold_reward(rollout.prompts, rollout.texts))
@@ -137,7 +137,7 @@ def orders_task() -> Task:
 
 def plans_task() -> Task:
     """The plan expert's hidden reward R(plan) at the last token (INVALID_PLAN_REWARD for text that
-    is not a plan): what imitation and IRL (lesson 10) never see and are judged by."""
+    is not a plan): what imitation and IRL (lesson 12) never see and are judged by."""
     def token_rewards(rollout: Rollout, enc) -> torch.Tensor:
         return last_token_rewards(rollout, rewards.plan_true_reward(rollout.prompts, rollout.texts))
 
