@@ -3,16 +3,16 @@
 A section whose Markdown heading ends with "(optional)" is off the main path, with everything
 under it up to the next heading of its level or above; the main path never depends on it. The
 budget is what a student reads and runs in a sitting of about an hour and a half: 4,500 words of
-text and 350 lines of code (blank lines not counted).
+text and 350 lines of code (blank lines not counted), each line at most 88 characters wide.
 """
 from __future__ import annotations
 
 import re
 from typing import NamedTuple
 
-__all__ = ["WORDS", "CODE_LINES", "OPTIONAL", "Size", "lines", "main_path_size"]
+__all__ = ["WORDS", "CODE_LINES", "WIDTH", "OPTIONAL", "Size", "lines", "main_path_size"]
 
-WORDS, CODE_LINES = 4500, 350
+WORDS, CODE_LINES, WIDTH = 4500, 350, 88
 OPTIONAL = "(optional)"
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
 
