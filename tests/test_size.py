@@ -40,17 +40,7 @@ def test_every_lessons_main_path_fits_a_sitting(path):
         f"(budget {size.WORDS} and {size.CODE_LINES}); mark sections \"(optional)\" or split the lesson")
 
 
-# Lessons whose code cells still hold lines over size.WIDTH: each comes off this list when its lines
-# fit (strict, so the list stays true). Wrapping them pushes most past CODE_LINES, so they wait for
-# their machinery to move into minirl first.
-TOO_WIDE = {"04_baselines_critics", "05_ppo", "06_grpo", "07_grpo_family_off_policy", "08_reward_models",
-            "09_rlhf", "10_overoptimization", "11_dpo", "12_imitation_irl_gail", "13_rlvr_failure_modes",
-            "14_agents_tools"}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="lines over 88"))
-                                  if p.stem in TOO_WIDE else p for p in commands.lesson_paths([])],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
 def test_every_code_line_fits_88_characters(path):
     nb = json.loads(path.read_text())
     wide = [(i, line) for i, cell in enumerate(nb["cells"]) if cell["cell_type"] == "code"
