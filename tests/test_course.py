@@ -254,7 +254,7 @@ def test_student_versions_name_what_each_old_lesson_became(tmp_path, capsys):
     old.write_text("my work")
     commands.write_student_versions([commands.LESSONS / "09_rlhf.ipynb"], tmp_path)
     out = capsys.readouterr().out
-    assert f"{tmp_path / '08_rlhf'}.ipynb is lesson 09 and 10 now (09_rlhf.ipynb, 10_overoptimization.ipynb)" in out
+    assert f"{tmp_path / '08_rlhf'}.ipynb became lessons 09 and 10 (09_rlhf.ipynb, 10_overoptimization.ipynb)" in out
     assert old.read_text() == "my work" and (tmp_path / "09_rlhf.ipynb").exists()
 
 

@@ -157,8 +157,9 @@ def write_student_versions(paths: list[Path], out: Path, with_outputs: bool = Fa
     out.mkdir(parents=True, exist_ok=True)
     for old, became in RENAMED.items():
         if (out / f"{old}.ipynb").exists():
-            print(f"{out / old}.ipynb is lesson {' and '.join(n[:2] for n in became)} now "
-                  f"({', '.join(n + '.ipynb' for n in became)}): your copy stays as it is, the new one is beside it")
+            lessons = f"lesson{'s' * (len(became) > 1)} {' and '.join(n[:2] for n in became)}"
+            print(f"{out / old}.ipynb became {lessons} ({', '.join(n + '.ipynb' for n in became)}): "
+                  "your copy stays as it is, the new one is beside it")
     for path in paths:
         fresh = nbformat.writes(student_version(nbformat.read(path, as_version=4), with_outputs))
         target = out / path.name
