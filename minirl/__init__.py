@@ -15,7 +15,7 @@ The package in layers; a module imports only from its own layer and the layers b
 list (tests/test_layout.py checks it):
 
   core        the floor: argument checks, data paths, progress bars, tensor functions (no model, no world)
-                validate, paths, figures, notebook, claims, ops, kl, advantages, corrections, losses,
+                validate, paths, figures, notebook, claims, tables, ops, kl, advantages, corrections, losses,
                 preferences, compare
   lm          the language model
                 tokenizer, model, sampling, multiturn, sequences, critic, reward_head, export, memory
@@ -43,6 +43,7 @@ import sys
 from . import core, course, exact, lm, train, world
 from .core import advantages, kl, losses, ops
 from .core.claims import claim
+from .core.tables import table
 from .core.notebook import setup
 from .core.paths import DataError
 from .course import check
@@ -57,7 +58,7 @@ del _module
 
 __all__ = [
     "GPT", "GPTConfig", "KVCache", "Rollout", "DataError", "claim", "completion_logprobs", "load_model", "load_tokenizer",
-    "sample", "sample_tokens", "sequence_logprobs", "setup",
+    "sample", "sample_tokens", "sequence_logprobs", "setup", "table",
     "core", "lm", "world", "exact", "train", "course",
     "advantages", "check", "kl", "losses", "ops",
 ]
