@@ -206,3 +206,26 @@ def test_sweep_rate_stops_a_sweep_whose_choice_is_at_the_edge():
     assert compare.sweep_rate(rows, (1e-4, 3e-4, 1e-3), "gold", reported_seeds=(0, 1, 2)) == 3e-4
     with pytest.raises(ValueError, match="extend it"):  # judged by lowest gold, the best rate is the grid's bottom
         compare.sweep_rate(rows, (1e-4, 3e-4, 1e-3), "gold", reported_seeds=(0, 1, 2), higher_is_better=False)
+
+
+def test_a_comparisons_row_shows_the_numbers_its_printed_line_shows(capsys):
+    """`row` (and so `compare.table`) formats each number as `str` does: every field of the row,
+    verdict included, is read back from the printed line."""
+    a, b = [0.745, 0.740, 0.750, 0.734, 0.754, 0.738], [0.693, 0.656, 0.693, 0.680, 0.692, 0.693]
+    close = [x + d for x, d in zip(a, (0.01, -0.01, 0.02, -0.02, 0.0, 0.005))]
+    for c in compare.family([compare.paired(a, b, ("on", "stale")), compare.paired(close, a, ("close", "on")),
+                             compare.unpaired(a, b, ("on", "stale"))], adjust=False):
+        name, seeds, effect, interval, p, verdict = c.row()
+        line = str(c)
+        assert seeds.replace(" | ", " | stale: ") in line and effect in line and f"p = {p}" in line
+        assert f"{effect} [95% CI {interval}]" in line and line.endswith(verdict.split(" (")[0])
+    compare.table(compare.family([compare.paired(a, b, ("on", "stale"))] * 2, adjust=False), title="pass@1")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "pass@1; p unadjusted, each one of 2 comparisons" and out[1].split() == [
+        "comparison", "by", "seed", "effect", "95%", "CI", "p", "verdict"]
+    assert len(out) == 5 and out[3].split()[:5] == ["on", "-", "stale", "+0.052", "+0.084"]
+    assert out[3].endswith("+0.059  +0.051, +0.070  0.031  on ahead")
+    compare.table([compare.paired(a, b, ("on", "stale"))], labels=["pass@1 at step 60"])
+    assert capsys.readouterr().out.splitlines()[2].startswith("pass@1 at step 60  on - stale  +0.052")
+    with pytest.raises(ValueError, match="2 labels for 1 comparisons"):
+        compare.table([compare.paired(a, b)], labels=["x", "y"])

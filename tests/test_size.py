@@ -48,6 +48,25 @@ def test_every_code_line_fits_88_characters(path):
     assert not wide, f"{path.name}: {len(wide)} code lines over {size.WIDTH} characters, first in cell {wide[0][0]}"
 
 
+def test_a_crowded_cell_is_named_with_why_and_a_slider_cell_may_be_long():
+    long_code = "\n".join(f"x{k} = {k}" for k in range(31))
+    nb = {"cells": [
+        {"cell_type": "code", "source": long_code, "outputs": []},                         # 31 lines: crowded
+        {"cell_type": "code", "source": long_code + "\ninteract(f)", "outputs": []},       # a slider: allowed
+        {"cell_type": "code", "source": "print(1)", "outputs": [{"output_type": "stream", "text": "a\n" * 11}]},
+        {"cell_type": "code", "source": "print(1)", "outputs": [{"output_type": "stream", "text": ["a\n"] * 10}]},
+        {"cell_type": "markdown", "source": "## Aside (optional)"},
+        {"cell_type": "code", "source": long_code, "outputs": []}]}                        # off the main path
+    assert size.crowded_cells(nb) == [(0, "31 code lines"), (2, "11 printed lines")]
+
+
+@pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)
+def test_every_main_path_cell_fits_a_screen(path):
+    crowded = size.crowded_cells(json.loads(path.read_text()))
+    assert not crowded, (f"{path.name}: cells over {size.CELL_LINES} code lines or {size.PRINTED_LINES} printed "
+                         f"lines (a table or a figure instead): {crowded}")
+
+
 def names_bound_and_read(source: str) -> tuple[set[str], set[str]]:
     """The names a cell binds anywhere (assignments, loop, comprehension and `with` targets, arguments,
     imports, defs, classes), and every name it reads (magics and shell lines left out)."""

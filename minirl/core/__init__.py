@@ -6,6 +6,7 @@ tensor functions of RL (no model, no world).
     figures       the course's figure style (set by minirl.setup), and runs over seeds as a band
     notebook      what a lesson's first cell calls (minirl.setup), and its progress bars
     claims        minirl.claim: a lesson's checked claim, printed with its number
+    tables        minirl.table: a lesson's rows as an HTML table in Jupyter, aligned text elsewhere
     ops           masked reductions, per-token log-probs
     kl            the k1, k2, k3 estimators of KL
     advantages    returns, GAE, group baselines
@@ -15,7 +16,8 @@ tensor functions of RL (no model, no world).
     compare       comparing runs: verdicts only where seeds separate, reads at matched KL, late
                   windows, learning rates chosen on a bracketing grid
 """
-from . import advantages, claims, compare, corrections, figures, kl, losses, notebook, ops, paths, preferences, validate
+from . import (advantages, claims, compare, corrections, figures, kl, losses, notebook, ops, paths, preferences, tables,
+               validate)
 
 __all__ = ["advantages", "claims", "compare", "corrections", "figures", "kl", "losses", "notebook", "ops", "paths", "preferences",
-           "validate"]
+           "tables", "validate"]

@@ -18,6 +18,8 @@ resampling is `scipy.stats` (`bootstrap`, `permutation_test`), not written here.
 - A verdict ("a ahead") only where p <= alpha (0.05) and the interval excludes no difference; anything
   else reads "no difference that these seeds can detect", with the interval, and says when the seeds
   could never have reached alpha. Values are compared as recorded: printing rounds, comparing does not.
+- `table`: comparisons shown as one table, a row each (`Comparison.row`: the same numbers as its
+  printed line), for a cell whose comparisons would otherwise print a screen of lines.
 - `family`: a cell that makes k comparisons prints k beside every verdict, and adjusts their p-values
   by Holm's step-down method (each verdict then holds with a family-wise error of alpha) unless its
   seeds could not survive the adjustment, in which case each line says its p is unadjusted.
@@ -45,7 +47,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-__all__ = ["Comparison", "paired", "unpaired", "family", "holm", "Estimate", "iqm", "at_kl", "Window", "window",
+__all__ = ["Comparison", "paired", "unpaired", "family", "table", "COLUMNS", "holm", "Estimate", "iqm", "at_kl", "Window", "window",
            "RateChoice", "choose_rate", "sweep_rate"]
 
 ALPHA, CONFIDENCE, RESAMPLES, EXACT_UP_TO = 0.05, 0.95, 10_000, 100_000
@@ -85,6 +87,27 @@ class Comparison:
         else:  # the effect is already P(a better than b)
             a_ahead = self.effect > 0.5
         return self.names[0] if a_ahead else self.names[1]
+
+    def row(self) -> tuple[str, str, str, str, str, str]:
+        """The comparison as one row of `table` (its COLUMNS), each number to the decimals its printed
+        line uses. Paired: the differences by seed, their mean and its interval; unpaired: each arm's
+        values, P(a better than b) and its interval."""
+        (a, b), (va, vb) = self.names, self.values
+        fmt = _formatter([*va, *vb])
+        p = f"{self.p:.3f}" if self.p >= 0.001 else "< 0.001"
+        if self.is_paired:
+            name, seeds = f"{a} - {b}", " ".join(fmt(x - y, sign=True) for x, y in zip(va, vb))
+            effect, interval = fmt(self.effect, sign=True), [fmt(x, sign=True) for x in self.interval]
+            count = f"{len(va)} pair{'s' if len(va) > 1 else ''}"
+        else:
+            name, seeds = f"{a} v {b}", f"{' '.join(fmt(x) for x in va)} | {' '.join(fmt(x) for x in vb)}"
+            better = ">" if self.higher_is_better else "<"
+            effect, interval = f"P({a} {better} {b}) = {self.effect:.2f}", [f"{x:.2f}" for x in self.interval]
+            count = f"{len(va)} v {len(vb)} runs"
+        least = min(1.0, self.smallest_p * (self.comparisons if self.adjusted else 1))
+        verdict = (f"{self.leader} ahead" if self.leader is not None else f"no difference that {count} can detect"
+                   + (f" (cannot reach p <= {self.alpha:g})" if least > self.alpha else ""))
+        return name, seeds, effect, ", ".join(interval), p, verdict
 
     def __str__(self) -> str:
         (a, b), (va, vb) = self.names, self.values
@@ -160,6 +183,24 @@ def unpaired(a: Sequence[float], b: Sequence[float], names: tuple[str, str] = ("
         difference, spread = math.nan, (math.nan, math.nan)
     return Comparison(tuple(names), (tuple(va), tuple(vb)), False, higher_is_better, effect, interval, difference,
                       spread, p, exact, min(1.0, 2 / splits) if enough else 1.0, alpha=alpha)
+
+
+COLUMNS = ("comparison", "by seed", "effect", "95% CI", "p", "verdict")
+
+
+def table(comparisons: Sequence[Comparison], title: str | None = None, labels: Sequence[str] | None = None) -> None:
+    """Show comparisons as one `minirl.table`, a row each (`Comparison.row`), after a first column of
+    `labels` (what each compares) where given; the title says how their p-values were taken when they
+    are a family (`family`): Holm-adjusted over k, or unadjusted."""
+    from .tables import table as show
+
+    if labels is not None and len(labels) != len(comparisons):
+        raise ValueError(f"compare.table: {len(labels)} labels for {len(comparisons)} comparisons")
+    k = max((c.comparisons for c in comparisons), default=1)
+    how = ("" if k == 1 else f"p Holm-adjusted over {k} comparisons" if comparisons[0].adjusted
+           else f"p unadjusted, each one of {k} comparisons")
+    rows = [c.row() if labels is None else (label, *c.row()) for c, label in zip(comparisons, labels or comparisons)]
+    show(rows, COLUMNS if labels is None else ("measure", *COLUMNS), "; ".join(t for t in (title, how) if t) or None)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -4,15 +4,22 @@ A section whose Markdown heading ends with "(optional)" is off the main path, wi
 under it up to the next heading of its level or above; the main path never depends on it. The
 budget is what a student reads and runs in a sitting of about an hour and a half: 4,500 words of
 text and 350 lines of code (blank lines not counted), each line at most 88 characters wide.
+
+A cell on the main path fits a screen: at most 30 code lines, and at most 10 printed lines (a
+longer result is a table, `minirl.table`, or a figure). A slider cell (one that calls `interact`)
+may be longer: it holds everything its figure needs, so a student can move the slider after
+running only the lesson's first cell.
 """
 from __future__ import annotations
 
 import re
 from typing import NamedTuple
 
-__all__ = ["WORDS", "CODE_LINES", "WIDTH", "OPTIONAL", "Size", "lines", "main_path_size"]
+__all__ = ["WORDS", "CODE_LINES", "WIDTH", "CELL_LINES", "PRINTED_LINES", "OPTIONAL", "Size", "lines",
+           "main_path_size", "crowded_cells"]
 
 WORDS, CODE_LINES, WIDTH = 4500, 350, 88
+CELL_LINES, PRINTED_LINES = 30, 10
 OPTIONAL = "(optional)"
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
 
@@ -52,3 +59,22 @@ def main_path_size(nb: dict) -> Size:
         elif kind == "code" and line.strip():
             counts[off + 1] += 1
     return Size(*counts)
+
+
+def crowded_cells(nb: dict) -> list[tuple[int, str]]:
+    """The main path's code cells that do not fit a screen, as (cell index, why): more than CELL_LINES
+    code lines (a slider cell excepted), or more than PRINTED_LINES lines of printed text."""
+    optional = {i for i, _, _, off in lines(nb) if off}
+    crowded = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code" or i in optional:
+            continue
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        code = sum(1 for line in source.splitlines() if line.strip())
+        printed = sum((o["text"] if isinstance(o["text"], str) else "".join(o["text"])).count("\n")
+                      for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+        if code > CELL_LINES and "interact(" not in source:
+            crowded.append((i, f"{code} code lines"))
+        if printed > PRINTED_LINES:
+            crowded.append((i, f"{printed} printed lines"))
+    return crowded
