@@ -1,5 +1,6 @@
 """Course tooling: student versions stub every solution; with outputs kept, they expect every checker's FAIL."""
 import ast
+import builtins
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import nbformat
 import pytest
 
 from minirl.course import commands
+from minirl.course.predictions import NOT_PREDICTED
 
 SOURCE = '''def f(x):
     """doc"""
@@ -66,8 +68,10 @@ def test_student_versions_with_outputs_expect_every_checker_to_fail(path):
         if commands.BEGIN in before.source:
             stubs += after.source
             text += "".join(o.get("text", "") for o in after.outputs)
-        else:
-            assert after.outputs == before.outputs
+        else:  # every output as stored, but a prediction's RIGHT or WRONG: the line of one not made
+            assert [o.get("data") for o in after.outputs] == [o.get("data") for o in before.outputs]
+            stored, handed = ("".join(o.get("text", "") for o in cell.outputs) for cell in (before, after))
+            assert handed == commands.PREDICTED.sub(lambda m: NOT_PREDICTED.format(name=m.group(1)), stored)
     assert text.count("not implemented yet") == stubs.count(commands.STUB) >= 1
     assert "PASS" not in text and commands.BEGIN not in stubs
     handed_out = commands.student_version(nbformat.read(path, as_version=4))  # what `make student` writes
@@ -171,6 +175,10 @@ def test_no_later_cell_rebinds_what_a_slider_reads(path):
         for j, source in enumerate(cells):
             rebound = read & names_bound(source) if j not in (0, k) else set()
             assert not rebound, f"{path.name}: code cell {j} rebinds {sorted(rebound)}, which the slider of code cell {k} reads"
+        at_run = {s.get_name() for s in cell_symbols(cells[k]).get_symbols() if s.is_referenced()}
+        missing = (at_run | read) - names_bound(cells[0]) - names_bound(cells[k]) - set(dir(builtins))
+        assert not missing, (f"{path.name}: the slider of code cell {k} reads {sorted(missing)}, which neither the "
+                             "first cell nor its own binds: run after the first cell alone, it stops")
 
 
 RIGHT = '''def pass_at_k(n, c, k):

@@ -1,12 +1,13 @@
 """The course's tooling: exercise checkers, and the instructor's commands.
 
     check         exercise checkers: minirl.check.<name>(student_fn)
+    predictions   predict, then run: minirl.check.prediction's RIGHT / WRONG line and the markers
     size          a lesson's main path in words and code lines, against the budget of a sitting
 
   Commands, imported by name only (they need the [instructor] extra: nbformat, nbclient, nbconvert):
     commands      open the course, hand it out, check it, grade it (python -m minirl.course)
     site          the lessons and guides as a static site (python -m minirl.course.site)
 """
-from . import check, size
+from . import check, predictions, size
 
-__all__ = ["check", "size"]
+__all__ = ["check", "predictions", "size"]

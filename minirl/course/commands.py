@@ -19,14 +19,17 @@ PASS line turned into the FAIL line an unfinished exercise prints: what a studen
 show, so `pytest --nbval` on these copies checks that they run end to end and that every other
 output comes back. In Markdown cells, the text between `<!-- BEGIN SOLUTION -->` and
 `<!-- END SOLUTION -->` (a hunt-the-bug answer) is replaced by a line saying the answer is left out,
-so students find the bug by its numbers. The solution markers are nbgrader's, and every cell
+so students find the bug by its numbers. A prediction, the lines between `### BEGIN PREDICTION` and
+`### END PREDICTION`, keeps its names set to None (`minirl.course.predictions`), and with
+`--with-outputs` each RIGHT or WRONG line becomes the line of a prediction not made. The solution markers are nbgrader's, and every cell
 holding one carries nbgrader's cell metadata (`refresh` writes it: `nbgrader_metadata`), so
 `nbgrader generate_assignment` accepts the lessons too: an exercise is a solution cell, a
 hunt-the-bug answer a manually graded answer of one point.
 
 `grade` runs every submitted notebook in a fresh kernel (each cell limited to `--timeout`
-seconds, errors recorded and the run continued) and reads the checkers' PASS/FAIL lines: one row
-per student, one column per exercise. A submissions folder holds one folder per student with
+seconds, errors recorded and the run continued) and reads the checkers' PASS/FAIL lines and the
+predictions' RIGHT/WRONG lines: one row per student, one column per exercise or prediction (pass,
+fail or not done; right, wrong or not done). A submissions folder holds one folder per student with
 their notebooks in it (named as the lessons are), or notebooks named `<student>_<lesson>.ipynb`.
 
 `refresh` runs each lesson top to bottom in a fresh kernel with one thread and progress bars
@@ -46,8 +49,9 @@ from pathlib import Path
 import nbformat
 
 from .check import NOT_DONE
+from .predictions import BEGIN as BEGIN_PREDICTION, END as END_PREDICTION, NOT_PREDICTED
 
-__all__ = ["lesson_paths", "strip_solutions", "strip_answers", "student_version", "nbgrader_metadata", "execute", "write_student_versions", "start", "checker_verdicts", "run_submission", "submissions", "expected_exercises", "grade", "write_grades", "RENAMED"]
+__all__ = ["lesson_paths", "strip_solutions", "strip_predictions", "strip_answers", "student_version", "nbgrader_metadata", "execute", "write_student_versions", "start", "checker_verdicts", "run_submission", "submissions", "expected_exercises", "grade", "write_grades", "RENAMED"]
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -55,6 +59,7 @@ STUB = 'raise NotImplementedError("exercise: write your solution here")'
 BEGIN_ANSWER, END_ANSWER = "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->"  # nbgrader finds these too
 ANSWER_STUB = "*(The answer is left out of the student version: find the bug by its numbers.)*"
 CHECKER_PASS = re.compile(r"^PASS (\w+): .*$", re.M)  # a checker's verdict on a right answer (minirl.check)
+PREDICTED = re.compile(r"^(?:RIGHT|WRONG) (\w+): .*$", re.M)  # check.prediction's verdict on a prediction made
 RENAMED = {  # the lessons renumbered on 2026-12-06 into the order they are taken: old name -> what it became
     "07_reward_models": ("08_reward_models",),
     "08_rlhf": ("09_rlhf", "10_overoptimization"),  # split in two; its exercises are all in 09
@@ -75,6 +80,16 @@ def strip_solutions(source: str) -> str:
     return pattern.sub(lambda m: f"{m.group(1)}{STUB}\n", source)
 
 
+def strip_predictions(source: str) -> str:
+    """Replace each prediction block with its names set to None: `name = None  # your prediction`."""
+    pattern = re.compile(rf"^([ \t]*){re.escape(BEGIN_PREDICTION)}[^\n]*\n(.*?)^[ \t]*{re.escape(END_PREDICTION)}[^\n]*(\n|$)",
+                         re.M | re.S)
+    def stub(m):
+        names = re.findall(r"^[ \t]*(\w+)\s*=", m.group(2), re.M)
+        return "".join(f"{m.group(1)}{name} = None  # your prediction\n" for name in names)
+    return pattern.sub(stub, source)
+
+
 def strip_answers(source: str) -> str:
     """Replace each answer block of a Markdown cell (markers included) with ANSWER_STUB."""
     pattern = re.compile(rf"{re.escape(BEGIN_ANSWER)}.*?{re.escape(END_ANSWER)}", re.S)
@@ -86,16 +101,20 @@ def student_version(nb: nbformat.NotebookNode, with_outputs: bool = False) -> nb
     with every checker's PASS turned into the FAIL of an unfinished exercise."""
     for cell in nb.cells:
         begin, end = (BEGIN, END) if cell.cell_type == "code" else (BEGIN_ANSWER, END_ANSWER)
-        if cell.source.count(begin) != cell.source.count(end):
-            raise ValueError(f"cell has unbalanced {begin!r} / {end!r} markers:\n{cell.source[:200]}")
+        pairs = [(begin, end)] + ([(BEGIN_PREDICTION, END_PREDICTION)] if cell.cell_type == "code" else [])
+        for b, e in pairs:
+            if cell.source.count(b) != cell.source.count(e):
+                raise ValueError(f"cell has unbalanced {b!r} / {e!r} markers:\n{cell.source[:200]}")
         if cell.cell_type == "code":
-            if with_outputs and BEGIN in cell.source:
+            if with_outputs:
                 for output in cell.outputs:
                     if output.get("output_type") == "stream":
-                        output.text = CHECKER_PASS.sub(lambda m: NOT_DONE.format(name=m.group(1)), output.text)
-            elif not with_outputs:
+                        if BEGIN in cell.source:
+                            output.text = CHECKER_PASS.sub(lambda m: NOT_DONE.format(name=m.group(1)), output.text)
+                        output.text = PREDICTED.sub(lambda m: NOT_PREDICTED.format(name=m.group(1)), output.text)
+            else:
                 cell.outputs, cell.execution_count = [], None
-            cell.source = strip_solutions(cell.source)
+            cell.source = strip_predictions(strip_solutions(cell.source))
         elif cell.cell_type == "markdown":
             cell.source = strip_answers(cell.source)
     return nb
@@ -187,18 +206,21 @@ def start(solved: bool, lesson: str, folder: Path) -> None:
     os.execvp(shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter", args)
 
 
-CHECKER_LINE = re.compile(r"^(PASS|FAIL) (\w+):(.*)$", re.M)
+CHECKER_LINE = re.compile(r"^(PASS|FAIL|RIGHT|WRONG) (\w+):(.*)$", re.M)
 
 
 def checker_verdicts(nb: nbformat.NotebookNode) -> dict[str, str]:
-    """Exercise name -> 'pass', 'fail' or 'not done', read from the checkers' lines in a notebook's
-    outputs (a checker run twice: its last line counts)."""
+    """Exercise or prediction name -> 'pass', 'fail' or 'not done' (an exercise), 'right', 'wrong' or
+    'not done' (a prediction), read from the checkers' lines in a notebook's outputs (a checker run
+    twice: its last line counts)."""
     verdicts = {}
     for cell in nb.cells:
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
             for verdict, name, rest in CHECKER_LINE.findall(output.get("text", "")):
-                not_done = NOT_DONE.format(name=name) == f"FAIL {name}:{rest}"
-                verdicts[name] = "pass" if verdict == "PASS" else "not done" if not_done else "fail"
+                line = f"FAIL {name}:{rest}"
+                not_done = line in (NOT_DONE.format(name=name), NOT_PREDICTED.format(name=name))
+                verdicts[name] = ("not done" if not_done else
+                                  {"PASS": "pass", "RIGHT": "right", "WRONG": "wrong"}.get(verdict, "fail"))
     return verdicts
 
 
@@ -294,7 +316,7 @@ def write_grades(columns: list[str], table: dict[str, dict[str, str]], runs: dic
         w = csv.writer(f)
         w.writerow(["student", *columns, "passed", "runs"])
         for student, row in table.items():
-            passed = sum(v == "pass" for v in row.values())
+            passed = sum(v in ("pass", "right") for v in row.values())  # exercises passed, predictions right
             notes = "; ".join(f"{lesson}: {status}" for lesson, status in runs[student].items())
             w.writerow([student, *(row.get(c, "missing") for c in columns), f"{passed}/{len(columns)}", notes])
     width = max(len(s) for s in table)
