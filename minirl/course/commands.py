@@ -282,7 +282,8 @@ def lesson_name(path: Path) -> str:
 
 
 def expected_exercises(lesson: str) -> list[str]:
-    """The exercises the solved lesson of that name checks (its stored PASS lines), in order."""
+    """The exercises and predictions the solved lesson of that name checks (its stored PASS, RIGHT
+    and WRONG lines), in order."""
     path = LESSONS / f"{lesson}.ipynb"
     return list(checker_verdicts(nbformat.read(path, as_version=4))) if path.exists() else []
 

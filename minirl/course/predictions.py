@@ -13,7 +13,7 @@ notebook still runs to the end. The cell that reveals the answer measures it, th
 
     RIGHT variance: you predicted "b"; the runs say "b". <why>
     WRONG variance: you predicted "a"; the runs say "b". <why>
-    FAIL variance: no prediction yet (set predicted_variance in the cell above before running this one)
+    FAIL variance: no prediction yet (set it in the prediction cell above, then run this cell again)
 
 A choice is right when it is the answer (case and spaces aside); a number when it is within
 `tolerance` of the answer (absolute), or, with `relative=True`, within that fraction of it.
@@ -26,7 +26,7 @@ import numbers
 __all__ = ["BEGIN", "END", "NOT_PREDICTED", "prediction"]
 
 BEGIN, END = "### BEGIN PREDICTION", "### END PREDICTION"
-NOT_PREDICTED = "FAIL {name}: no prediction yet (set it in the cell above before running this one)"
+NOT_PREDICTED = "FAIL {name}: no prediction yet (set it in the prediction cell above, then run this cell again)"
 
 
 def shown(value) -> str:
