@@ -329,6 +329,28 @@ def test_sliders_redraw_and_survive_save_and_reload(page, lab, name):
     check_widgets_after_reopening(page, name)
 
 
+PREDICTING = "00_welcome.ipynb"  # the lesson that introduces predict-then-run
+
+
+def test_a_prediction_reads_not_done_until_the_student_makes_one(page, lab):
+    """What a student does with a prediction: Run All says none was made; one typed into the
+    prediction cell, that cell and the reveal run again, prints WRONG (or RIGHT) with the answer."""
+    notebook_cells = open_lesson(page, lab, PREDICTING)
+    run_all(page, notebook_cells, PREDICTING, count=0)
+    sources = ["".join(c["source"]) if c["cell_type"] == "code" else "" for c in cells(PREDICTING)]
+    guess = next(i for i, s in enumerate(sources) if "### BEGIN PREDICTION" in s)
+    reveal = notebook_cells.nth(next(i for i, s in enumerate(sources) if "check.prediction(" in s))
+    expect(reveal.locator(".jp-OutputArea-output")).to_contain_text("FAIL naive_pass_at_k: no prediction yet")
+    notebook_cells.nth(guess).locator(".cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.type("predicted_naive = 'high'")
+    ran = len(code_cells(PREDICTING))
+    run_cell(page, notebook_cells.nth(guess), ran + 1)
+    run_cell(page, reveal, ran + 2)
+    expect(reveal.locator(".jp-OutputArea-output")).to_contain_text(
+        'WRONG naive_pass_at_k: you predicted "high"; the runs say "low"')
+
+
 def models_missing_from_saved_state(saved: dict) -> list[str]:
     """The widget models a saved notebook's widget views need, directly or through another model's
     "IPY_MODEL_<id>" reference (a box's children, a slider's layout), that its saved widget state lacks."""
