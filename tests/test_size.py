@@ -27,6 +27,16 @@ def test_a_heading_inside_an_optional_section_does_not_end_it_and_sources_may_be
     assert size.main_path_size(nb) == size.Size(words=2, code_lines=0, optional_words=7, optional_code_lines=1)
 
 
+def test_homework_is_counted_apart_and_its_cells_must_fit_a_screen():
+    nb = notebook(("markdown", "## 1. Main\none"), ("code", "x = 1"),
+                  ("markdown", "## 2. Your turn (homework)\ntwo three"), ("code", "\n".join(["y = 2"] * 31)),
+                  ("markdown", "### 2.1 An aside (optional)\nfour"), ("code", "\n".join(["z = 3"] * 31)))
+    assert size.main_path_size(nb) == size.Size(words=3, code_lines=1, optional_words=0, optional_code_lines=0,
+                                                homework_words=11, homework_code_lines=62)
+    assert size.crowded_cells(nb) == [(3, "31 code lines"), (5, "31 code lines")]  # an optional section inside homework is homework
+    assert {i for i, kind, _, off in size.lines(nb) if kind == "code" and off} == {3, 5}  # off the main path
+
+
 def test_comment_lines_in_code_are_not_headings():
     nb = notebook(("code", "# a comment (optional)\nx = 1"), ("markdown", "word"))
     assert size.main_path_size(nb) == size.Size(words=1, code_lines=2, optional_words=0, optional_code_lines=0)
@@ -38,6 +48,9 @@ def test_every_lessons_main_path_fits_a_sitting(path):
     assert measured.words <= size.WORDS and measured.code_lines <= size.CODE_LINES, (
         f"{path.name}: {measured.words} words and {measured.code_lines} code lines on the main path "
         f"(budget {size.WORDS} and {size.CODE_LINES}); mark sections \"(optional)\" or split the lesson")
+    assert measured.homework_words <= size.HOMEWORK_WORDS and measured.homework_code_lines <= size.HOMEWORK_CODE_LINES, (
+        f"{path.name}: {measured.homework_words} words and {measured.homework_code_lines} code lines of homework "
+        f"(budget {size.HOMEWORK_WORDS} and {size.HOMEWORK_CODE_LINES})")
 
 
 @pytest.mark.parametrize("path", commands.lesson_paths([]), ids=lambda p: p.name)

@@ -1,12 +1,14 @@
 """The course's tooling: exercise checkers, and the instructor's commands.
 
     check         exercise checkers: minirl.check.<name>(student_fn)
+    training_loop  write the loop: minirl.check.reinforce_loop, a student's loop against minirl's, part by part
     predictions   predict, then run: minirl.check.prediction's RIGHT / WRONG line and the markers
-    size          a lesson's main path in words and code lines, against the budget of a sitting
+    size          a lesson's main path in words and code lines, against the budget of a sitting and of homework
 
   Commands, imported by name only (they need the [instructor] extra: nbformat, nbclient, nbconvert):
     commands      open the course, hand it out, check it, grade it (python -m minirl.course)
     site          the lessons and guides as a static site (python -m minirl.course.site)
+    written       an experiment's findings and a written problem: the answer cell's marker, done or not done
 """
 from . import check, predictions, size
 

@@ -28,6 +28,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from .predictions import prediction
+from .training_loop import reinforce_loop
 
 __all__ = [
     "TOLERANCE", "SHOWN", "NOT_DONE", "PACKAGE_FUNCTION", "Trap", "SIGN_FLIP", "NOT_FINITE", "as_numbers",
@@ -37,7 +38,7 @@ __all__ = [
     "group_advantages", "kl_k3", "bradley_terry_loss", "elo_update", "accuracy_ceiling", "sft_loss", "select_best",
     "best_of_n_kl_bound", "kl_regularized_optimum", "dpo_loss", "sequence_logprob", "soft_value_iteration", "gail_discriminator_loss",
     "importance_weights", "positions_from_mask", "zero_model_states", "truncated_is_weights", "sequence_ratio",
-    "first_order_entropy_change", "normalize_then_sum", "action_mask", "turn_returns", "prediction",
+    "first_order_entropy_change", "normalize_then_sum", "action_mask", "turn_returns", "prediction", "reinforce_loop",
 ]
 
 TOLERANCE = 1e-6

@@ -19,7 +19,8 @@ PASS line turned into the FAIL line an unfinished exercise prints: what a studen
 show, so `pytest --nbval` on these copies checks that they run end to end and that every other
 output comes back. In Markdown cells, the text between `<!-- BEGIN SOLUTION -->` and
 `<!-- END SOLUTION -->` (a hunt-the-bug answer) is replaced by a line saying the answer is left out,
-so students find the bug by its numbers. A prediction, the lines between `### BEGIN PREDICTION` and
+so students find the bug by its numbers; in the answer cell of an experiment or a written problem
+(`minirl.course.written`) it is replaced by the line a student writes over. A prediction, the lines between `### BEGIN PREDICTION` and
 `### END PREDICTION`, keeps its names set to None (`minirl.course.predictions`), and with
 `--with-outputs` each RIGHT or WRONG line becomes the line of a prediction not made. The solution markers are nbgrader's, and every cell
 holding one carries nbgrader's cell metadata (`refresh` writes it: `nbgrader_metadata`), so
@@ -28,8 +29,10 @@ hunt-the-bug answer a manually graded answer of one point.
 
 `grade` runs every submitted notebook in a fresh kernel (each cell limited to `--timeout`
 seconds, errors recorded and the run continued) and reads the checkers' PASS/FAIL lines and the
-predictions' RIGHT/WRONG lines: one row per student, one column per exercise or prediction (pass,
-fail or not done; right, wrong or not done). A submissions folder holds one folder per student with
+predictions' RIGHT/WRONG lines, and whether each experiment's findings and written problem are
+answered: one row per student, one column per task (an exercise pass, fail or not done; a
+prediction right, wrong or not done; an experiment or written problem done or not done, its
+content for a person to grade with the rubric in the solved lesson). A submissions folder holds one folder per student with
 their notebooks in it (named as the lessons are), or notebooks named `<student>_<lesson>.ipynb`.
 
 `refresh` runs each lesson top to bottom in a fresh kernel with one thread and progress bars
@@ -50,6 +53,7 @@ import nbformat
 
 from .check import NOT_DONE
 from .predictions import BEGIN as BEGIN_PREDICTION, END as END_PREDICTION, NOT_PREDICTED
+from . import written
 
 __all__ = ["lesson_paths", "strip_solutions", "strip_predictions", "strip_answers", "student_version", "nbgrader_metadata", "execute", "write_student_versions", "start", "checker_verdicts", "run_submission", "submissions", "expected_exercises", "grade", "write_grades", "RENAMED"]
 
@@ -91,9 +95,11 @@ def strip_predictions(source: str) -> str:
 
 
 def strip_answers(source: str) -> str:
-    """Replace each answer block of a Markdown cell (markers included) with ANSWER_STUB."""
+    """Replace each answer block of a Markdown cell (markers included) with ANSWER_STUB, or, in the
+    answer cell of an experiment or a written problem, with the line a student writes over."""
     pattern = re.compile(rf"{re.escape(BEGIN_ANSWER)}.*?{re.escape(END_ANSWER)}", re.S)
-    return pattern.sub(ANSWER_STUB, source)
+    stub = written.STUB if written.written_task(source) else ANSWER_STUB
+    return pattern.sub(lambda m: stub, source)
 
 
 def student_version(nb: nbformat.NotebookNode, with_outputs: bool = False) -> nbformat.NotebookNode:
@@ -123,18 +129,22 @@ def student_version(nb: nbformat.NotebookNode, with_outputs: bool = False) -> nb
 def nbgrader_metadata(nb: nbformat.NotebookNode, lesson: str) -> nbformat.NotebookNode:
     """Mark every cell holding a solution block for nbgrader (schema 3): an exercise's code cell as
     a solution cell, id '<NN>-<its function>'; the Markdown cell with the hunt-the-bug answer as a
-    manually graded answer worth one point, id '<NN>-hunt-the-bug'. Other cells carry no mark."""
+    manually graded answer worth one point, id '<NN>-hunt-the-bug'; an experiment's or a written
+    problem's answer cell as a manually graded answer of its marker's points, id '<NN>-<its name>'.
+    Other cells carry no mark."""
     for cell in nb.cells:
         cell.metadata.pop("nbgrader", None)
         if cell.cell_type == "code" and BEGIN in cell.source:
             name = re.search(r"^def (\w+)", cell.source, re.M)
-            grade_id, graded = f"{lesson[:2]}-{name.group(1) if name else 'exercise'}", False
+            grade_id, graded, points = f"{lesson[:2]}-{name.group(1) if name else 'exercise'}", False, None
+        elif cell.cell_type == "markdown" and (task := written.written_task(cell.source)):
+            grade_id, graded, points = f"{lesson[:2]}-{task.name}", True, task.points
         elif cell.cell_type == "markdown" and BEGIN_ANSWER in cell.source:
-            grade_id, graded = f"{lesson[:2]}-hunt-the-bug", True
+            grade_id, graded, points = f"{lesson[:2]}-hunt-the-bug", True, 1
         else:
             continue
         cell.metadata["nbgrader"] = {"grade": graded, "grade_id": grade_id, "locked": False, "schema_version": 3,
-                                     "solution": True, "task": False, **({"points": 1} if graded else {})}
+                                     "solution": True, "task": False, **({"points": points} if graded else {})}
     return nb
 
 
@@ -210,11 +220,14 @@ CHECKER_LINE = re.compile(r"^(PASS|FAIL|RIGHT|WRONG) (\w+):(.*)$", re.M)
 
 
 def checker_verdicts(nb: nbformat.NotebookNode) -> dict[str, str]:
-    """Exercise or prediction name -> 'pass', 'fail' or 'not done' (an exercise), 'right', 'wrong' or
-    'not done' (a prediction), read from the checkers' lines in a notebook's outputs (a checker run
-    twice: its last line counts)."""
+    """Exercise, prediction or written task name -> 'pass', 'fail' or 'not done' (an exercise),
+    'right', 'wrong' or 'not done' (a prediction), read from the checkers' lines in a notebook's
+    outputs (a checker run twice: its last line counts); 'done' or 'not done' (an experiment's
+    findings or a written problem, `written.is_done`), read from its answer cell."""
     verdicts = {}
     for cell in nb.cells:
+        if cell.cell_type == "markdown" and (task := written.written_task(cell.source)):
+            verdicts[task.name] = "done" if written.is_done(cell.source) else "not done"
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
             for verdict, name, rest in CHECKER_LINE.findall(output.get("text", "")):
                 line = f"FAIL {name}:{rest}"
@@ -317,7 +330,7 @@ def write_grades(columns: list[str], table: dict[str, dict[str, str]], runs: dic
         w = csv.writer(f)
         w.writerow(["student", *columns, "passed", "runs"])
         for student, row in table.items():
-            passed = sum(v in ("pass", "right") for v in row.values())  # exercises passed, predictions right
+            passed = sum(v in ("pass", "right", "done") for v in row.values())  # passed, right, or written
             notes = "; ".join(f"{lesson}: {status}" for lesson, status in runs[student].items())
             w.writerow([student, *(row.get(c, "missing") for c in columns), f"{passed}/{len(columns)}", notes])
     width = max(len(s) for s in table)
