@@ -39,6 +39,7 @@ __all__ = [
     "best_of_n_kl_bound", "kl_regularized_optimum", "dpo_loss", "sequence_logprob", "soft_value_iteration", "gail_discriminator_loss",
     "importance_weights", "positions_from_mask", "zero_model_states", "truncated_is_weights", "sequence_ratio",
     "first_order_entropy_change", "normalize_then_sum", "action_mask", "turn_returns", "prediction", "reinforce_loop",
+    "rlhf_rewards", "clipped_value_loss",
 ]
 
 TOLERANCE = 1e-6
@@ -1208,3 +1209,135 @@ def turn_returns(student_fn) -> None:
              Trap("The padding (turn -1) is counted.", "Leave out the tokens whose turn is -1.",
                   _gives(lambda r, t, gm: _loop_turn_returns(r, [max(x, 0) for x in t], gm))))
     run_cases("turn_returns", student_fn, _loop_turn_returns, cases, traps=traps)
+
+
+# ---------------------------------------------------------------- lesson 05: PPO's reward and its critic's loss
+def _loop_rlhf_rewards(score, logprobs, ref_logprobs, mask, beta, sign=-1.0, on_padding=False, kl_at_end=False,
+                       score_weight=1.0, score_at="last"):
+    """One row at a time: sign * beta * (log pi - log pi_ref) on each real token (with `on_padding`,
+    on every position; with `kl_at_end`, summed onto the row's last real token), and score_weight *
+    score added at the row's last real token (score_at 'end': at the tensor's last position; 'every':
+    on each real token). The defaults are the exercise's answer; the rest are its traps."""
+    rows, width = logprobs.shape
+    out = torch.zeros(rows, width, dtype=torch.float64)
+    for i in range(rows):
+        real = [t for t in range(width) if float(mask[i, t])]
+        last = real[-1]
+        penalties = [sign * beta * (float(logprobs[i, t]) - float(ref_logprobs[i, t])) for t in range(width)]
+        for t in range(width):
+            if on_padding or t in real:
+                out[i, t] += penalties[t] if not kl_at_end else 0.0
+        if kl_at_end:
+            out[i, last] += sum(penalties[t] for t in real)
+        s = score_weight * float(score[i])
+        for t in {"last": [last], "end": [width - 1], "every": real}[score_at]:
+            out[i, t] += s
+    return out
+
+
+def _rlhf_rewards_cases() -> list[tuple[str, tuple]]:
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 3
+    ref = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 3
+    score = torch.randn(3, generator=g, dtype=torch.float64)
+    full = torch.ones(3, 5, dtype=torch.float64)
+    ragged = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.float64)
+    junk = logp.masked_fill(ragged == 0, -9.0)  # log-probs on the padding must be ignored
+    return [("no padding, beta 0.1", (score, logp, ref, full, 0.1)),
+            ("EOS and padding, junk log-probs on the padding, beta 0.1", (score, junk, ref, ragged, 0.1)),
+            ("beta 0: the score alone, on each row's last token", (score, junk, ref, ragged, 0.0)),
+            ("the policy is the reference: no penalty", (score, logp, logp.clone(), ragged, 0.3)),
+            ("beta 1, a negative score", (-score.abs(), junk, ref, ragged, 1.0)),
+            ("one token per row", (score, logp[:, :1], ref[:, :1], full[:, :1], 0.2))]
+
+
+def rlhf_rewards(student_fn) -> None:
+    """Check rlhf_rewards(score, logprobs, ref_logprobs, mask, beta) -> (B, T) per-token rewards of
+    RLHF's PPO: -beta * (log pi - log pi_ref) on every real token, 0 on padding, and each row's
+    score (B,) added at its last real token (the mask's last 1)."""
+    loop = _loop_rlhf_rewards
+    traps = (Trap("The penalty's sign: you added beta * (log pi - log pi_ref); drifting from the reference costs.",
+                  "Each token's reward is -beta * (log pi - log pi_ref): minus the KL estimate.",
+                  _gives(lambda s, lp, ref, m, b: loop(s, lp, ref, m, b, sign=1.0))),
+             Trap("The penalty is on the padding too: positions after the completion are not actions.",
+                  "Multiply the penalty by the mask (or torch.where(mask.bool(), ..., 0)).",
+                  _gives(lambda s, lp, ref, m, b: loop(s, lp, ref, m, b, on_padding=True))),
+             Trap("The whole KL penalty sits on the last token: every token carries its own -beta * KL_t.",
+                  "Put -beta * (log pi - log pi_ref) on each real token; only the score goes on the last one.",
+                  _gives(lambda s, lp, ref, m, b: loop(s, lp, ref, m, b, kl_at_end=True))),
+             Trap("beta scales the score too: beta weighs only the KL, the task's score enters as it is.",
+                  "Add the score itself at the last token: r_T = score - beta * KL_T.",
+                  _gives(lambda s, lp, ref, m, b: loop(s, lp, ref, m, b, score_weight=b))),
+             Trap("The score is on every token: it belongs once, on the row's last real token.",
+                  "Add it at one position per row, the mask's last 1.",
+                  _gives(lambda s, lp, ref, m, b: loop(s, lp, ref, m, b, score_at="every"))),
+             Trap("The score is at the tensor's last position (T - 1): in a padded row that is padding.",
+                  "Add it at each row's last real token, mask.sum(1) - 1 when padding comes after the completion.",
+                  _gives(lambda s, lp, ref, m, b: loop(s, lp, ref, m, b, score_at="end"))),
+             _forgot_mask(loop, 3))
+    run_cases("rlhf_rewards", student_fn, loop, _rlhf_rewards_cases(), traps=traps)
+
+
+def _loop_value_loss(values, returns, mask, old_values, clip_range, worse=max, add_old=True, count_all=False,
+                     per_row=False):
+    """0.5 * worse((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2), one mean over the mask's
+    tokens (count_all: the sum divided by every position; per_row: each row's mean, then the mean of
+    the rows). The defaults are the exercise's answer; the rest are its traps."""
+    rows = []
+    for v_row, r_row, m_row, o_row in zip(values.tolist(), returns.tolist(), mask.tolist(), old_values.tolist()):
+        errors = []
+        for v, r, m, o in zip(v_row, r_row, m_row, o_row):
+            if m:
+                clipped = (o if add_old else 0.0) + min(max(v - o, -clip_range), clip_range)
+                errors.append(0.5 * worse((v - r) ** 2, (clipped - r) ** 2))
+        rows.append(errors)
+    if per_row:
+        return sum(sum(e) / len(e) for e in rows) / len(rows)
+    total = sum(sum(e) for e in rows)
+    return total / (values.numel() if count_all else sum(len(e) for e in rows))
+
+
+def _value_loss_cases() -> list[tuple[str, tuple]]:
+    g = torch.Generator().manual_seed(0)
+    old = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    new = old + 0.5 * torch.randn(3, 5, generator=g, dtype=torch.float64)  # inside and outside the clip
+    ret = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    full = torch.ones(3, 5, dtype=torch.float64)
+    ragged = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.float64)
+    junk = [x.masked_fill(ragged == 0, j) for x, j in ((new, 50.0), (ret, -50.0), (old, 50.0))]  # not counted
+    lesson = (torch.tensor([[0.5, 0.1, -0.5]], dtype=torch.float64), torch.tensor([[1.0, 1.0, -1.0]], dtype=torch.float64),
+              torch.ones(1, 3, dtype=torch.float64), torch.zeros(1, 3, dtype=torch.float64), 0.2)
+    return [("no padding, clip 0.2", (new, ret, full, old, 0.2)),
+            ("EOS and padding, junk on the padding, clip 0.2", (junk[0], junk[1], ragged, junk[2], 0.2)),
+            ("every value moved less than the clip (the plain loss)", (old + 0.05 * (new - old), ret, ragged, old, 0.2)),
+            ("values moved far past their returns (the clip binds)", (ret + 3 * (ret - old), ret, ragged, old, 0.2)),
+            ("clip 0: each value held at its old value", (new, ret, ragged, old, 0.0)),
+            ("no clip (inf): the plain loss", (new, ret, ragged, old, math.inf)),
+            ("the lesson's three tokens, clip 0.2", lesson)]
+
+
+def clipped_value_loss(student_fn) -> None:
+    """Check clipped_value_loss(values, returns, mask, old_values, clip_range) -> the scalar
+    0.5 * max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2), one mean over the mask's tokens
+    (PPO's value clipping, minirl.losses.value_loss with old_values and clip_range)."""
+    loop = _loop_value_loss
+    traps = (Trap("The smaller of the two errors (min): PPO's value loss takes the larger (max), as its policy loss "
+                  "takes the pessimistic side.", "Use torch.maximum of the two squared errors.",
+                  _gives(lambda v, r, m, o, c: loop(v, r, m, o, c, worse=min))),
+             Trap("The clip changes nothing: this is the plain 0.5 (V - R)^2 (clipping around the return R, not "
+                  "the old value, gives it too).", "Clip the new value around its old value: "
+                  "V_old + clip(V - V_old, -c, c), then take the larger squared error.",
+                  _gives(lambda v, r, m, o, c: loop(v, r, m, o, math.inf))),
+             Trap("The old value is not added back: clip(V - V_old, -c, c) is a change, not a value.",
+                  "The clipped value is V_old + clip(V - V_old, -c, c).",
+                  _gives(lambda v, r, m, o, c: loop(v, r, m, o, c, add_old=False))),
+             Trap("The padding is counted in the mean: the real tokens' errors divided by every position (B x T).",
+                  "Divide by mask.sum(), the number of real tokens.",
+                  _gives(lambda v, r, m, o, c: loop(v, r, m, o, c, count_all=True))),
+             Trap("Each row averaged first, then the rows: the loss is one mean over all the batch's real tokens.",
+                  "Sum the masked errors over the whole batch and divide by mask.sum().",
+                  _gives(lambda v, r, m, o, c: loop(v, r, m, o, c, per_row=True))),
+             Trap("Twice the answer: the 1/2 is missing.", "Multiply the mean squared error by 0.5.",
+                  _gives(lambda v, r, m, o, c: 2 * loop(v, r, m, o, c))),
+             _forgot_mask(loop, 2))
+    run_cases("clipped_value_loss", student_fn, loop, _value_loss_cases(), traps=traps)
