@@ -233,7 +233,8 @@ def test_submissions_are_found_per_folder_or_by_name(tmp_path):
     found = commands.submissions(tmp_path)
     assert {k: [p.name for p in v] for k, v in found.items()} == {"ada": ["03_reinforce.ipynb"],
                                                                   "bo": ["bo_03_reinforce.ipynb"]}
-    assert commands.expected_exercises("03_reinforce") == ["reward_to_go_everywhere", "reward_to_go", "reinforce_loss"]
+    assert commands.expected_exercises("03_reinforce") == ["reward_to_go_everywhere", "reward_to_go", "reinforce_loss",
+                                                           "total_return_vs_reward_to_go", "past_rewards_drop_out"]
 
 
 def test_student_versions_never_replace_a_students_work(tmp_path, capsys):
