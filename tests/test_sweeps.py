@@ -341,6 +341,27 @@ def test_rerunning_one_format_reward_point_holds_the_lessons_claims():
     assert rows[-1]["correct_long"] <= 0.05
 
 
+def test_broken_runs_csv_covers_every_job():
+    """Lesson 05's broken runs: the healthy run and each cause, both seeds, every step, labelled as the lesson shows them."""
+    script = load_script("broken_runs")
+    assert [(r["cause"], r["seed"], r["step"]) for r in script.read_rows()] == [
+        (cause, seed, step) for cause, seed in script.jobs() for step in range(script.STEPS)]
+    assert all(r["run"] == script.LABELS[r["cause"]] for r in script.read_rows())
+    with open(SWEEPS / "broken_runs.csv") as f:
+        assert next(csv.reader(f)) == script.FIELDS
+
+
+@pytest.mark.slow
+def test_rerunning_one_broken_run_shows_its_signature():
+    """The critic that never learns, re-run live on seed 1 (about 30 s): its explained variance stays
+    near 0 at every step, the signal lesson 05 reads it by, and its first row is the recorded one."""
+    script = load_script("broken_runs")
+    rows = script.run("critic", 1)
+    recorded = [r for r in script.read_rows() if r["cause"] == "critic" and r["seed"] == 1]
+    assert rows[0]["reward"] == pytest.approx(recorded[0]["reward"], abs=0.05)  # identical on the machine that wrote it
+    assert max(abs(r["explained_variance"]) for r in rows) < 0.05
+
+
 def test_forgetting_csvs_cover_every_job():
     """Lesson 13's forgetting runs: every tuning and reported run, at the rates the tuning chose,
     evaluated every EVAL_EVERY steps from 0."""
