@@ -20,7 +20,7 @@ import nbformat
 import pytest
 from browser import browser  # noqa: F401
 
-from minirl.course import commands, site as course_site
+from minirl.course import commands, site as course_site, written
 
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("site")]  # one worker builds and reads the site
 
@@ -238,8 +238,11 @@ def test_the_student_site_shows_no_solution(built, lesson):
     assert lines and all(solved.count(line) >= inside[line] >= 1 for line in lines)
     assert {line: student.count(line) for line in lines} == {line: solved.count(line) - inside[line] for line in lines}
     assert commands.STUB in student
-    hunt = any(commands.BEGIN_ANSWER in c.source for c in notebook(lesson).cells)
+    cells = notebook(lesson).cells
+    hunt = any(commands.BEGIN_ANSWER in c.source and not written.written_task(c.source) for c in cells)
+    homework = any(written.written_task(c.source) for c in cells if c.cell_type == "markdown")
     assert (commands.ANSWER_STUB.strip("*()") in student) == hunt
+    assert (written.STUB.strip("*") in student) == homework
 
 
 def test_prev_next_chain_through_the_lessons(pages):
