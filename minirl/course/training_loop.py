@@ -42,7 +42,6 @@ PARTS = ("rollout", "rewards", "advantages", "loss")
 STEP_TOLERANCE = 0.002  # |student's parameters - minirl's| / |minirl's move| after 1 and 2 steps; a right loop: 3e-5
 TARGET_RISE = 0.5  # the rise in the batch's mean proxy reward, last 3 of 12 steps against the first 3
 NOISE = 0.02  # the policy of the parts check: the reference's weights plus this much Gaussian noise
-NOT_DONE = "FAIL {name}: not implemented yet (replace `raise NotImplementedError` with your code)"
 
 
 class Mismatch(Exception):
@@ -240,6 +239,7 @@ def reinforce_loop(student_loop, base=None, task=None, tokenizer=None) -> None:
     to the base model, lesson 03's reviews task and the course tokenizer."""
     from .. import load_model, load_tokenizer
     from ..world import tasks
+    from .check import NOT_DONE  # the line course grade reads as not done (check imports this module)
 
     name = "reinforce_loop"
     base = base if base is not None else load_model("base")
