@@ -27,7 +27,7 @@ list (tests/test_layout.py checks it):
   train       the trainers and lessons 09 and 10's measurements
                 training, pg, ppo, grpo, sft, reward_model, dpo, best_of_n, raft, gail, rlhf,
                 overoptimization; commands pretrain, reward_models, sft_model, tool_model
-  course      exercise checkers, the write-the-loop checker (course.training_loop), predictions, a lesson's size;
+  course      exercise checkers, the write-the-loop checker (course.training_loop), their verdicts, predictions, a lesson's size;
               the instructor's commands (course.commands, course.site) and written answers (course.written)
 
 Homework's names stay where they have always been: minirl.ops, minirl.kl, minirl.advantages,

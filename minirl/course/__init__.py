@@ -2,6 +2,7 @@
 
     check         exercise checkers: minirl.check.<name>(student_fn)
     training_loop  write the loop: minirl.check.reinforce_loop, a student's loop against minirl's, part by part
+    verdicts      the verdict line an unfinished exercise prints, shared by every checker
     predictions   predict, then run: minirl.check.prediction's RIGHT / WRONG line and the markers
     size          a lesson's main path in words and code lines, against the budget of a sitting and of homework
 

@@ -29,6 +29,7 @@ import torch
 
 from .predictions import prediction
 from .training_loop import reinforce_loop
+from .verdicts import NOT_DONE
 
 __all__ = [
     "TOLERANCE", "SHOWN", "NOT_DONE", "PACKAGE_FUNCTION", "Trap", "SIGN_FLIP", "NOT_FINITE", "as_numbers",
@@ -44,7 +45,6 @@ __all__ = [
 
 TOLERANCE = 1e-6
 SHOWN = 3  # failing cases printed; the FAIL line says how many there were in all
-NOT_DONE = "FAIL {name}: not implemented yet (replace `raise NotImplementedError` with your code)"
 PACKAGE_FUNCTION = ("FAIL {name}: this is the package's own {package}, not yours\n"
                     "  The exercise asks for your code: pass the function you wrote in the cell.")
 

@@ -35,6 +35,7 @@ import torch
 from ..lm.sampling import completion_logits, completion_logprobs
 from ..train.pg import PGConfig, train_policy_gradient
 from ..train.training import frozen_reference, training_batches
+from .verdicts import NOT_DONE
 
 __all__ = ["reinforce_loop", "PARTS", "STEP_TOLERANCE", "TARGET_RISE"]
 
@@ -239,7 +240,6 @@ def reinforce_loop(student_loop, base=None, task=None, tokenizer=None) -> None:
     to the base model, lesson 03's reviews task and the course tokenizer."""
     from .. import load_model, load_tokenizer
     from ..world import tasks
-    from .check import NOT_DONE  # the line course grade reads as not done (check imports this module)
 
     name = "reinforce_loop"
     base = base if base is not None else load_model("base")
