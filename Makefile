@@ -1,11 +1,12 @@
 # The course's two commands:  make course  (open the lessons)   make test  (run every test)
 # Both create .venv and install what they need on first use: `make course` what the lessons need
 # (lesson 15's transformers and TRL come with `make trl`), `make test` the instructor's tools and the tests' too.
+# `make student`, `make site` and `make grade` add the instructor's tools only (and `make grade` lesson 15's TRL).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: course solutions trl test install install-course unit slow seeds lessons lessons-student browser site student refresh grade benchmark
+.PHONY: course solutions trl test install install-course install-instructor check-submissions unit slow seeds lessons lessons-student browser site student refresh grade benchmark
 
 # jupyterlab/overrides.json: JupyterLab defaults for the course's environment (widget state saved
 # with the notebook, so a reopened lesson shows its sliders' last frame instead of "model not found")
@@ -17,6 +18,16 @@ define venv_with
 	cp jupyterlab/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 endef
 
+# nbgrader's JupyterLab and server extensions are switched off: the course's JupyterLab is the
+# students'; an instructor who grades in nbgrader's UI switches them on (docs/instructors.md).
+define nbgrader_off
+	for e in formgrader validate_assignment assignment_list course_list; do \
+	    $(BIN)/jupyter server extension disable --sys-prefix nbgrader.server_extensions.$$e >/dev/null 2>&1 || exit 1; done
+	$(BIN)/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
+endef
+
+# each stamp is one install: .course the lessons' packages, .trl adds lesson 15's, .instructor the
+# instructor's tools, .installed all of them and the tests' (each includes the lessons' own install)
 install-course: $(VENV)/.course
 
 $(VENV)/.course: pyproject.toml constraints.txt jupyterlab/overrides.json
@@ -24,29 +35,37 @@ $(VENV)/.course: pyproject.toml constraints.txt jupyterlab/overrides.json
 	touch $@
 
 # lesson 15's transformers and TRL (about 0.5 GB), which the lessons' own install leaves out
-trl: install-course
-	$(BIN)/pip install -q -c constraints.txt -e ".[trl]"
+trl: $(VENV)/.trl
+
+$(VENV)/.trl: pyproject.toml constraints.txt jupyterlab/overrides.json
+	$(call venv_with,trl)
+	touch $(VENV)/.course $@
+
+# nbval, nbclient, nbconvert, jupyter-server-mathjax and nbgrader, without the tests' tools
+install-instructor: $(VENV)/.instructor
+
+$(VENV)/.instructor: pyproject.toml constraints.txt jupyterlab/overrides.json
+	$(call venv_with,instructor)
+	$(nbgrader_off)
+	touch $(VENV)/.course $@
 
 install: $(VENV)/.installed
 
 # verl's wheel is downloaded, not installed: tests/test_scale_out.py reads its config files only.
-# nbgrader's JupyterLab and server extensions are switched off: the course's JupyterLab is the
-# students'; an instructor who grades in nbgrader's UI switches them on (docs/instructors.md).
 $(VENV)/.installed: pyproject.toml constraints.txt jupyterlab/overrides.json
 	$(call venv_with,dev)
 	$(BIN)/pip download -q --no-deps verl==0.9.1 -d $(VENV)/wheels
-	for e in formgrader validate_assignment assignment_list course_list; do \
-	    $(BIN)/jupyter server extension disable --sys-prefix nbgrader.server_extensions.$$e >/dev/null 2>&1 || exit 1; done
-	$(BIN)/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
-	touch $@ $(VENV)/.course
+	$(nbgrader_off)
+	touch $(VENV)/.course $(VENV)/.trl $(VENV)/.instructor $@
 
-# the exercise versions, written once into exercises/ (a notebook there is never replaced), lesson
-# 00's opened in JupyterLab; `make solutions` opens the solved lessons in lessons/ instead
+# the exercise versions, written once into exercises/ (a notebook there is never replaced: delete
+# one for a fresh copy), lesson 00's opened in JupyterLab (LESSON=04 opens lesson 04's); `make
+# solutions` opens the solved lessons in lessons/ instead
 course: install-course
-	$(BIN)/python -m minirl.course start
+	$(BIN)/python -m minirl.course start $(if $(LESSON),--lesson $(LESSON))
 
 solutions: install-course
-	$(BIN)/python -m minirl.course start --solved
+	$(BIN)/python -m minirl.course start --solved $(if $(LESSON),--lesson $(LESSON))
 
 # fast unit tests; the slow ones (training runs, live re-runs of recorded sweep points; an idle
 # worker takes tests queued for the other, and the ten slowest are listed); every lesson under nbval
@@ -70,7 +89,7 @@ unit: install
 slow: install
 	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist worksteal --durations=10 -m "slow and not seeds" tests
 
-# the further seeds of the recorded sweeps (GAIL's seeds 1-5, a few CPU-minutes each; lesson 09's PPO pipeline, seeds 3-5); not in `make test`
+# the further seeds of the recorded sweeps (lesson 12's GAIL, all six seeds, 5-10 CPU-minutes each; lesson 09's PPO pipeline, seeds 2-5; lesson 11's DPO, seed 2); not in `make test`
 seeds: install
 	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist worksteal --durations=10 -m seeds tests
 
@@ -97,17 +116,23 @@ browser: install
 
 # the stored lessons and the guides in docs/ as a static HTML site in site/ (math typeset offline;
 # open site/index.html), and the student-safe one (no solutions, no hunt answers) in site/student/
-site: install
+site: install-instructor
 	$(BIN)/python -m minirl.course.site --out site
 	$(BIN)/python -m minirl.course.site --student --out site/student
 
-# exercise versions to hand out; a notebook already in student/ that differs is kept (FORCE=1 replaces it)
-student: install
+# exercise versions to hand out; a notebook already in student/ that differs is kept (FORCE=1
+# replaces it: it passes --force, the same switch as `python -m minirl.course student --force`)
+student: install-instructor
 	$(BIN)/python -m minirl.course student --out student $(if $(FORCE),--force)
 
 # run every submitted notebook and tabulate each exercise's verdict: make grade SUBMISSIONS=folder
-grade: install
-	$(BIN)/python -m minirl.course grade $(SUBMISSIONS)
+# (lesson 15's submissions need its TRL); the folder is checked before anything is installed
+grade: check-submissions install-instructor trl
+	$(BIN)/python -m minirl.course grade "$(SUBMISSIONS)"
+
+check-submissions:
+	@if [ -z "$(SUBMISSIONS)" ]; then echo "make grade needs the folder of submitted notebooks: make grade SUBMISSIONS=folder"; exit 2; fi
+	@if [ ! -d "$(SUBMISSIONS)" ]; then echo "make grade: there is no folder $(SUBMISSIONS) (SUBMISSIONS names the folder of submitted notebooks)"; exit 2; fi
 
 refresh: install
 	$(BIN)/python -m minirl.course refresh

@@ -27,8 +27,9 @@ list (tests/test_layout.py checks it):
   train       the trainers and lessons 09 and 10's measurements
                 training, pg, ppo, grpo, sft, reward_model, dpo, best_of_n, raft, gail, rlhf,
                 overoptimization; commands pretrain, reward_models, sft_model, tool_model
-  course      exercise checkers, the write-the-loop checker (course.training_loop), their verdicts, predictions, a lesson's size;
-              the instructor's commands (course.commands, course.site) and written answers (course.written)
+  course      exercise checkers, the write-the-loop checker (course.training_loop), their verdicts, predictions, a lesson's size,
+              where a lesson finds its recorded sweeps (course.sweeps);
+              the instructor's commands (course.commands, course.grading, course.site, course.capstone) and written answers (course.written)
 
 Homework's names stay where they have always been: minirl.ops, minirl.kl, minirl.advantages,
 minirl.losses and minirl.check are the modules above (core's four, course's check), and

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import types
 
 import pytest
 import torch
@@ -461,8 +462,11 @@ def test_checkers_give_the_student_function_copies(capsys):
     check.reward_to_go(zeroes_its_input)
     assert capsys.readouterr().out.startswith("FAIL reward_to_go")
 
+    own_reward_to_go = types.FunctionType(advantages.reward_to_go.__code__,  # minirl's code, as if the student's
+                                          {**advantages.reward_to_go.__globals__, "__name__": "__main__"})
+
     def right_but_in_place(rewards, mask, gamma):  # correct values, computed by overwriting its input
-        return rewards.copy_(advantages.reward_to_go(rewards, mask, gamma))
+        return rewards.copy_(own_reward_to_go(rewards, mask, gamma))
 
     check.reward_to_go(right_but_in_place)
     assert capsys.readouterr().out.startswith("PASS reward_to_go: 4 cases")

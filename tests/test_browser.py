@@ -7,7 +7,7 @@ outputs), and stopped by its process id at the end.
 - Every lesson with a slider, as a student uses it: its first cell and each slider cell run with
   no error output (the slider cells need only the first cell) and each slider, moved, redraws its
   plot (the pixels differ); in one lesson (RUN_ALL) Run All (the Run menu's command) then runs
-  every cell with no error output (an unfinished exercise prints its checker's FAIL and breaks no
+  every cell with no error output (an unfinished exercise prints its checker's TODO and breaks no
   later cell, a training run's progress bar leaves no widget behind), and each slider, moved
   again, still redraws with no traceback; the saved file holds no widget but the sliders, and
   after a page reload with the kernel still running, and after reopening the lesson once the
@@ -329,7 +329,7 @@ def test_sliders_redraw_and_survive_save_and_reload(page, lab, name):
     check_widgets_after_reopening(page, name)
 
 
-PREDICTING = "00_welcome.ipynb"  # the lesson that introduces predict-then-run
+PREDICTING = "01_token_mdp.ipynb"  # the cheapest lesson with a prediction (Run All in seconds; lesson 00 takes 40 s)
 
 
 def test_a_prediction_reads_not_done_until_the_student_makes_one(page, lab):
@@ -340,15 +340,15 @@ def test_a_prediction_reads_not_done_until_the_student_makes_one(page, lab):
     sources = ["".join(c["source"]) if c["cell_type"] == "code" else "" for c in cells(PREDICTING)]
     guess = next(i for i, s in enumerate(sources) if "### BEGIN PREDICTION" in s)
     reveal = notebook_cells.nth(next(i for i, s in enumerate(sources) if "check.prediction(" in s))
-    expect(reveal.locator(".jp-OutputArea-output")).to_contain_text("FAIL naive_pass_at_k: no prediction yet")
+    expect(reveal.locator(".jp-OutputArea-output")).to_contain_text("TODO sft_mask_response_gain: no prediction yet")
     notebook_cells.nth(guess).locator(".cm-content").click()
     page.keyboard.press("Control+a")
-    page.keyboard.type("predicted_naive = 'high'")
+    page.keyboard.type("predicted_mask_gain = 'a'")
     ran = len(code_cells(PREDICTING))
     run_cell(page, notebook_cells.nth(guess), ran + 1)
     run_cell(page, reveal, ran + 2)
     expect(reveal.locator(".jp-OutputArea-output")).to_contain_text(
-        'WRONG naive_pass_at_k: you predicted "high"; the runs say "low"')
+        'WRONG sft_mask_response_gain: you predicted "a"; the runs say "c"')
 
 
 def models_missing_from_saved_state(saved: dict) -> list[str]:

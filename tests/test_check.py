@@ -5,6 +5,7 @@ import inspect
 import itertools
 import math
 import re
+import types
 
 import torch
 
@@ -18,9 +19,11 @@ def not_done(*args):
 
 
 def own(fn):
-    """A student's function that calls fn: minirl's own fn handed in directly prints FAIL (see
-    test_the_package_function_handed_in_is_not_a_pass)."""
-    return lambda *args: fn(*args)
+    """minirl's fn as a student would write it: the same code, defined in the student's namespace.
+    (minirl's own fn handed in, or a function that calls it, prints FAIL: see
+    test_the_package_function_handed_in_is_not_a_pass.)"""
+    return types.FunctionType(fn.__code__, {**fn.__globals__, "__name__": "__main__"}, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
 
 
 def verdict(capsys, checker, fn) -> str:
@@ -38,7 +41,7 @@ def test_pass_at_k_checker(capsys):
 def test_a_pass_prints_the_tolerance_not_the_rounding_noise(capsys):
     """A right answer off by rounding alone prints the same PASS line on every CPU: the tolerance met,
     not the difference (1e-16 here, 2e-16 on another processor)."""
-    lines = {verdict(capsys, check.pass_at_k, lambda n, c, k, eps=eps: pass_at_k(n, c, k) + eps) for eps in (0.0, 1e-16, 3e-9)}
+    lines = {verdict(capsys, check.pass_at_k, lambda n, c, k, eps=eps: own(pass_at_k)(n, c, k) + eps) for eps in (0.0, 1e-16, 3e-9)}
     assert lines == {"PASS pass_at_k: 8 cases, each within 1e-06 of the reference\n"}
     assert verdict(capsys, check.select_best, own(best_of_n.select_best)).endswith("each equal to the reference\n")
 
@@ -46,7 +49,7 @@ def test_a_pass_prints_the_tolerance_not_the_rounding_noise(capsys):
 def test_masked_mean_checker(capsys):
     assert verdict(capsys, check.masked_mean, own(ops.masked_mean)).startswith("PASS masked_mean")
     unmasked = lambda x, m, dim=None: (x * m).mean() if dim is None else (x * m).mean(dim)  # noqa: E731
-    hides_empty_rows = lambda x, m, dim=None: torch.nan_to_num(ops.masked_mean(x, m, dim))  # noqa: E731
+    hides_empty_rows = lambda x, m, dim=None: torch.nan_to_num(own(ops.masked_mean)(x, m, dim))  # noqa: E731
     assert verdict(capsys, check.masked_mean, unmasked).startswith("FAIL masked_mean")
     assert verdict(capsys, check.masked_mean, hides_empty_rows).startswith("FAIL masked_mean: 2 of 4")
 
@@ -108,14 +111,14 @@ def test_lesson_10_checker_passes_log_space_and_names_each_mistake(capsys):
 
 def test_lesson_11_checkers(capsys):
     from minirl import losses
-    dpo = lambda *args: losses.dpo_loss(*args)  # noqa: E731
+    dpo = own(losses.dpo_loss)
     assert verdict(capsys, check.dpo_loss, dpo).startswith("PASS dpo_loss: 5 cases")
     swapped_ref = lambda pc, pr, rc, rr, beta: losses.dpo_loss(pc, pr, rr, rc, beta)  # noqa: E731
     assert verdict(capsys, check.dpo_loss, swapped_ref).startswith("FAIL dpo_loss")
     naive = lambda pc, pr, rc, rr, beta: (-torch.log(torch.sigmoid(beta * (pc - rc - pr + rr))).mean(),  # noqa: E731
                                           beta * (pc - rc), beta * (pr - rr))
     assert verdict(capsys, check.dpo_loss, naive).startswith("FAIL dpo_loss: 1 of 5")
-    loss_only = lambda *args: losses.dpo_loss(*args)[0]  # noqa: E731
+    loss_only = lambda *args: own(losses.dpo_loss)(*args)[0]  # noqa: E731
     assert "return three things" in verdict(capsys, check.dpo_loss, loss_only)
     assert verdict(capsys, check.sequence_logprob, own(ops.sequence_logprob)).startswith("PASS sequence_logprob: 4 cases")
     times_mask = lambda x, m: (x * m).sum(1)  # noqa: E731  -inf * 0 = NaN
@@ -126,7 +129,7 @@ def test_lesson_11_checkers(capsys):
 
 def test_lesson_12_checkers(capsys):
     from minirl import losses
-    svi = lambda mdp, r: mdp.soft_value_iteration(r)[0]  # noqa: E731
+    svi = lambda mdp, r: own(type(mdp).soft_value_iteration)(mdp, r)[0]  # noqa: E731
     assert verdict(capsys, check.soft_value_iteration, svi).startswith("PASS soft_value_iteration: 4 cases")
     hard_max = lambda mdp, r: mdp.backward_q(lambda s, q: q.max(), r.dtype, rewards=r)  # noqa: E731  plain value iteration
     assert verdict(capsys, check.soft_value_iteration, hard_max).startswith("FAIL soft_value_iteration")
@@ -159,7 +162,7 @@ def test_lesson_15_checkers(capsys):
     unclamped = lambda m: m.long().cumsum(-1) - 1  # noqa: E731
     assert verdict(capsys, check.positions_from_mask, unclamped).startswith("FAIL positions_from_mask")
     assert verdict(capsys, check.zero_model_states, own(memory.zero_model_states)).startswith("PASS zero_model_states: 7 cases")
-    weights_kept = lambda n, r, s: memory.zero_model_states(n, r, min(s, 2))  # noqa: E731  stage 3 as stage 2
+    weights_kept = lambda n, r, s: own(memory.zero_model_states)(n, r, min(s, 2))  # noqa: E731  stage 3 as stage 2
     assert "stage 3 (the ZeRO paper's Figure 1)" in verdict(capsys, check.zero_model_states, weights_kept)
     all_sharded = lambda n, r, s: 16 * n / r / 1e9 if s else 16 * n / 1e9  # noqa: E731  every stage as stage 3
     assert verdict(capsys, check.zero_model_states, all_sharded).startswith("FAIL zero_model_states")
@@ -221,7 +224,7 @@ def test_nan_where_zero_is_expected_is_named(capsys):
     assert out.startswith("FAIL group_advantages: 2 of 6 cases wrong\n")  # 0/1 rewards hold an all-correct group
     assert "NaN or inf where the advantage is 0" in out
     assert "case a group of all-equal rewards (zero, not NaN): NaN or inf at 4 of 4 values" in out
-    zero_over_zero = lambda n, c, k: pass_at_k(n, c, k) if c else torch.tensor(0.0) / 0  # noqa: E731
+    zero_over_zero = lambda n, c, k: own(pass_at_k)(n, c, k) if c else torch.tensor(0.0) / 0  # noqa: E731
     assert "NaN or inf where the answer is a number" in verdict(capsys, check.pass_at_k, zero_over_zero)  # every checker's
 
 
@@ -343,7 +346,7 @@ def test_every_trap_runs_on_every_case(monkeypatch):
 
 def test_all_names_the_public_api():
     assert set(check.__all__) == {n for n in vars(check) if not n.startswith("_") and n not in
-                                  {"annotations", "copy", "functools", "inspect", "itertools", "math", "torch",
+                                  {"annotations", "contextlib", "copy", "functools", "inspect", "itertools", "math", "sys", "torch", "emit",
                                    "Fraction", "Callable", "NamedTuple"}}
 
 
@@ -380,10 +383,10 @@ def test_lesson_13_checkers_pass_the_package_and_name_each_mistake(capsys):
     from minirl.exact import entropy, reward_design
 
     def dh(z, d):
-        return entropy.first_order_entropy_change(z, d)
+        return own(entropy.first_order_entropy_change)(z, d)
 
     def nts(r, w):
-        return reward_design.normalize_then_sum(r, w)
+        return own(reward_design.normalize_then_sum)(r, w)
 
     assert verdict(capsys, check.first_order_entropy_change, dh).startswith("PASS first_order_entropy_change: 4 cases")
     assert verdict(capsys, check.normalize_then_sum, nts).startswith("PASS normalize_then_sum: 4 cases")
@@ -416,7 +419,7 @@ def test_lesson_14_checkers_pass_the_package_and_name_each_mistake(capsys):
     from minirl import advantages
 
     def turns_by_package(rewards, turns, gamma):
-        return advantages.turn_returns(torch.tensor([rewards], dtype=torch.float64), torch.tensor([turns]), gamma)[0]
+        return own(advantages.turn_returns)(torch.tensor([rewards], dtype=torch.float64), torch.tensor([turns]), gamma)[0]
 
     assert verdict(capsys, check.turn_returns, turns_by_package).startswith("PASS turn_returns: 4 cases")
 
@@ -453,3 +456,129 @@ def test_lesson_14_checkers_pass_the_package_and_name_each_mistake(capsys):
                         "inside the environment's answer": lambda t, c, n: mask(t, c, n, answers_call=True),
                         "Every token is marked": lambda t, c, n: [1] * len(t)}.items():
         assert mistake in verdict(capsys, check.action_mask, fn), mistake
+
+
+# ---------------------------------------------------------------- issue 48: the remaining traps
+def test_a_mean_over_tokens_in_reinforce_loss_is_named(capsys):
+    """The loss sums each sequence's tokens and averages over the B sequences; three ways to average
+    over tokens instead are named, and the right answer, written here, passes."""
+    def weighted(lp, r, m):
+        return reward_to_go_loop(r, m, 1.0) * lp * m
+    right = verdict(capsys, check.reinforce_loss, lambda lp, r, m: -weighted(lp, r, m).sum(1).mean())
+    assert right.startswith("PASS reinforce_loss: 4 cases")
+    token_means = {"over the batch's real tokens": lambda lp, r, m: -weighted(lp, r, m).sum() / m.sum(),
+                   "torch.mean over every position": lambda lp, r, m: -torch.mean(weighted(lp, r, m)),
+                   "within each row, then over rows": lambda lp, r, m: -(weighted(lp, r, m).sum(1) / m.sum(1)).mean()}
+    for how, fn in token_means.items():
+        out = verdict(capsys, check.reinforce_loss, fn)
+        assert out.startswith("FAIL reinforce_loss: 4 of 4") and "A mean over tokens" in out, how
+
+
+def test_an_extra_gamma_t_in_reward_to_go_is_named(capsys):
+    """The discounted policy gradient's gamma^t folded into G_t: wrong only where gamma < 1."""
+    with_gamma_t = lambda r, m, g: reward_to_go_loop(r, m, g) * g ** torch.arange(r.size(1))  # noqa: E731
+    out = verdict(capsys, check.reward_to_go, with_gamma_t)
+    assert out.startswith("FAIL reward_to_go: 1 of 4 cases wrong\n")
+    assert "An extra gamma^t on G_t" in out and "case discounted, gamma 0.9:" in out
+    assert verdict(capsys, check.reward_to_go, reward_to_go_loop).startswith("PASS reward_to_go: 4 cases")
+
+
+def test_whole_batch_normalisation_is_named(capsys):
+    def per_group(r, g, eps):
+        x = r.view(-1, g)
+        return ((x - x.mean(1, keepdim=True)) / (x.std(1, keepdim=True) + eps)).reshape(-1)
+    assert verdict(capsys, check.group_advantages, per_group).startswith("PASS group_advantages: 6 cases")
+    out = verdict(capsys, check.group_advantages, lambda r, g, eps: (r - r.mean()) / (r.std() + eps))
+    assert out.startswith("FAIL group_advantages: 4 of 6")  # a single group (2 cases) is its own batch
+    assert "Normalized over the whole batch" in out
+
+
+def test_k1_and_log_probs_used_as_probabilities_are_named_in_kl_k3(capsys):
+    """k1 handed in as k3, and three ways of mixing up log-probs and probabilities; k3 computed
+    right through the probabilities passes (exp does not underflow at these log-probs)."""
+    def k3(p, q):
+        return torch.exp(q - p) - 1 - (q - p)
+    assert verdict(capsys, check.kl_k3, k3).startswith("PASS kl_k3: 5 cases")
+    ratio = lambda p, q: q.exp() / p.exp()  # noqa: E731
+    assert verdict(capsys, check.kl_k3, lambda p, q: ratio(p, q) - 1 - ratio(p, q).log()).startswith("PASS kl_k3")
+    for fn in (lambda p, q: p - q, lambda p, q: q - p):
+        assert "k1, the log-ratio" in verdict(capsys, check.kl_k3, fn)
+    mixed_up = {"divides the log-probs": lambda p, q: q / p - 1 - torch.log(q / p),
+                "forgets the exp": lambda p, q: (q - p) - 1 - torch.log(q - p),  # NaN where q < p: still named
+                "q - p for log(q/p)": lambda p, q: torch.exp(q - p) - 1 - (q.exp() - p.exp())}
+    for how, fn in mixed_up.items():
+        assert "Log-probs and probabilities mixed up" in verdict(capsys, check.kl_k3, fn), how
+
+
+def by_hand_score(mdp, logits, prompt, completion):
+    """Lesson 02's exercise 1, written here: onehot(a_t) - pi(.|s_t) on each visited state's row."""
+    pi = torch.softmax(logits, dim=-1)
+    grad = torch.zeros_like(logits)
+    for t, action in enumerate(completion):
+        s = mdp.state_index[(prompt, completion[:t])]
+        grad[s] = grad[s] - pi[s]
+        grad[s, mdp.actions.index(action)] += 1.0
+    return grad
+
+
+def test_autograd_in_score_function_is_named(capsys):
+    """The exercise asks for the gradient by hand and the checker's reference is autograd's: an
+    answer from autograd fails with the reason named; a bug of another kind keeps its own error."""
+    assert verdict(capsys, check.score_function, by_hand_score).startswith("PASS score_function: 4 cases")
+
+    def by_backward(mdp, logits, prompt, completion):
+        logits.requires_grad_(True)
+        mdp.log_prob(logits, prompt, completion).backward()
+        return logits.grad
+
+    def by_autograd_grad(mdp, logits, prompt, completion):
+        theta = logits.clone().requires_grad_(True)
+        return torch.autograd.grad(mdp.log_prob(theta, prompt, completion), theta)[0]
+
+    for fn in (by_backward, by_autograd_grad):
+        out = verdict(capsys, check.score_function, fn)
+        assert out.startswith("FAIL score_function: 4 of 4") and "raised ValueError: used autograd" in out
+    wrong_row = lambda mdp, logits, p, c: by_hand_score(mdp, logits, p, c) - torch.softmax(logits, -1)[:2]  # noqa: E731
+    broadcast = verdict(capsys, check.score_function, wrong_row)  # a RuntimeError with or without autograd
+    assert "raised RuntimeError: The size of tensor a" in broadcast and "autograd" not in broadcast
+    assert "not implemented yet" in verdict(capsys, check.score_function, not_done)
+
+
+def gae_here(rewards, values, mask, gamma, lam):
+    """A plain GAE, written here: the TD errors within each row, summed backwards."""
+    next_values = torch.zeros_like(values)
+    next_values[:, :-1] = values[:, 1:] * mask[:, 1:]
+    deltas = torch.where(mask.bool(), rewards + gamma * next_values - values, torch.zeros_like(values))
+    out, running = torch.zeros_like(deltas), torch.zeros_like(deltas[:, 0])
+    for t in reversed(range(deltas.size(1))):
+        running = deltas[:, t] + gamma * lam * running
+        out[:, t] = running
+    return out * mask
+
+
+def test_nested_lists_of_numbers_are_read_as_one_tensor(capsys, recwarn):
+    """Rows of floats or of 0-d tensors are a (B, T) answer, read as torch.as_tensor reads them;
+    a nested list that is not one block of numbers is named."""
+    rows = [[torch.tensor(1.0, requires_grad=True) * 2, torch.tensor(3.0)], [torch.tensor(4.0), torch.tensor(5.0)]]
+    assert torch.equal(check.as_numbers(rows), torch.tensor([[2.0, 3.0], [4.0, 5.0]], dtype=torch.float64))
+    assert not [w for w in recwarn if "requires_grad" in str(w.message)]  # detached first: no warning printed
+    assert check.as_numbers(((1, 2), (3, 4))).shape == (2, 2)
+    for nested, says in [([[1.0], [2.0, 3.0]], "not one block of numbers"),
+                         ([[torch.ones(2)], [torch.ones(2)]], "list of tensors: return one tensor")]:
+        try:
+            check.as_numbers(nested)
+            raise AssertionError(f"{nested} read as numbers")
+        except TypeError as e:
+            assert says in str(e)
+    assert verdict(capsys, check.gae, gae_here).startswith("PASS gae: 4 cases")
+    as_rows = verdict(capsys, check.gae, lambda *args: gae_here(*args).tolist())  # not read as (advantages, returns)
+    assert as_rows.startswith("PASS gae: 4 cases"), as_rows
+    of_scalars = verdict(capsys, check.gae, lambda *args: [list(row) for row in gae_here(*args)])
+    assert of_scalars.startswith("PASS gae: 4 cases"), of_scalars
+    with_returns = verdict(capsys, check.gae, lambda r, v, m, g, lam: (gae_here(r, v, m, g, lam), v))  # minirl's form
+    assert with_returns.startswith("PASS gae: 4 cases")
+
+    def dpo_here(pc, pr, rc, rr, beta):
+        h = beta * ((pc - rc) - (pr - rr))
+        return [-torch.nn.functional.logsigmoid(h).mean(), beta * (pc - rc), beta * (pr - rr)]
+    assert verdict(capsys, check.dpo_loss, dpo_here).startswith("PASS dpo_loss: 5 cases")  # a list of three

@@ -10,6 +10,8 @@ from minirl import check, losses
 from minirl.course.check import _loop_rlhf_rewards, _loop_value_loss
 from minirl.train import ppo
 
+from test_check import own
+
 
 def not_done(*args):
     raise NotImplementedError("exercise: write your solution here")
@@ -47,7 +49,7 @@ def rewards_written_here(score, logprobs, ref_logprobs, mask, beta, sign=-1.0, p
 def test_rlhf_rewards_passes_a_right_answer_and_minirls_function(capsys):
     assert verdict(capsys, check.rlhf_rewards, rewards_written_here).startswith("PASS rlhf_rewards: 6 cases")
     assert verdict(capsys, check.rlhf_rewards,
-                   lambda *args: ppo.rlhf_rewards(*args)).startswith("PASS rlhf_rewards: 6 cases")
+                   own(ppo.rlhf_rewards)).startswith("PASS rlhf_rewards: 6 cases")
     assert verdict(capsys, check.rlhf_rewards, ppo.rlhf_rewards).startswith(
         "FAIL rlhf_rewards: this is the package's own minirl.train.ppo.rlhf_rewards")
     assert verdict(capsys, check.rlhf_rewards, not_done) == check.NOT_DONE.format(name="rlhf_rewards") + "\n"

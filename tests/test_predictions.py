@@ -3,7 +3,7 @@ import nbformat
 import pytest
 
 from minirl import check
-from minirl.course import commands
+from minirl.course import commands, grading
 from minirl.course.predictions import NOT_PREDICTED
 
 CELL = '''# Which has the smaller variance: "a", "b" or "c"?
@@ -58,11 +58,11 @@ def test_with_outputs_a_verdict_becomes_the_line_of_a_prediction_not_made_and_th
     reveal = nbformat.v4.new_code_cell("check.prediction(...)", outputs=[
         nbformat.v4.new_output("stream", name="stdout", text=lines)])
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(CELL), reveal])
-    assert commands.checker_verdicts(nb) == {"variance": "right", "ratio": "wrong"}
+    assert grading.checker_verdicts(nb) == {"variance": "right", "ratio": "wrong"}
     student = commands.student_version(nb, with_outputs=True)
     assert student.cells[1].outputs[0].text == (NOT_PREDICTED.format(name="variance") + "\n"
                                                 + NOT_PREDICTED.format(name="ratio") + "\n")
-    assert commands.checker_verdicts(student) == {"variance": "not done", "ratio": "not done"}
+    assert grading.checker_verdicts(student) == {"variance": "not done", "ratio": "not done"}
     assert "BEGIN PREDICTION" not in student.cells[0].source
 
 

@@ -3,7 +3,7 @@ import csv
 
 import nbformat
 
-from minirl.course import commands, written
+from minirl.course import commands, grading, written
 
 ANSWER = ("<!-- written: baseline_lemma, 2 points -->\n<!-- BEGIN SOLUTION -->\n**The course's answer.** "
           "E[grad log pi(a|s) b(s)] = b(s) sum_a grad pi(a|s) = b(s) grad 1 = 0.\n\n*Rubric.* One point each: "
@@ -28,7 +28,7 @@ def test_the_student_version_blanks_the_answer_and_keeps_the_marker():
     nb = commands.student_version(lesson(ANSWER, HUNT))
     assert nb.cells[0].source == f"<!-- written: baseline_lemma, 2 points -->\n{written.STUB}"
     assert nb.cells[1].source == f"**Hunt the bug.**\n\n{commands.ANSWER_STUB}"
-    assert commands.checker_verdicts(nb) == {"baseline_lemma": "not done"}
+    assert grading.checker_verdicts(nb) == {"baseline_lemma": "not done"}
 
 
 def test_done_needs_the_stub_gone_and_ten_words():
@@ -52,6 +52,6 @@ def test_the_grade_table_counts_a_done_answer(tmp_path):
     table = {"ada": {"04/baseline_lemma": "done", "04/gae": "pass", "04/predicted": "wrong"},
              "bo": {"04/baseline_lemma": "not done", "04/gae": "fail", "04/predicted": "right"}}
     runs = {"ada": {"04": "ran"}, "bo": {"04": "ran"}}
-    commands.write_grades(list(table["ada"]), table, runs, tmp_path / "grades.csv")
+    grading.write_grades(list(table["ada"]), table, runs, tmp_path / "grades.csv")
     rows = {r["student"]: r["passed"] for r in csv.DictReader((tmp_path / "grades.csv").open())}
     assert rows == {"ada": "2/3", "bo": "1/3"}

@@ -111,6 +111,10 @@ def prompt_mean_baseline(returns: torch.Tensor, group_size: int) -> torch.Tensor
 
 def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """(B,) -> (B // G, G), checking the grouping makes sense."""
+    if not isinstance(rewards, torch.Tensor):
+        raise TypeError(f"rewards must be a torch.Tensor of shape (B,), got {type(rewards).__name__}: pass "
+                        "torch.tensor(rewards, dtype=torch.float32), each group's group_size rewards one after "
+                        "another (from a list of groups, one list per prompt: add .flatten())")
     check_float("rewards", rewards)
     validate.integer("group_size", group_size)
     if rewards.dim() != 1:

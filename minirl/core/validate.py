@@ -3,7 +3,8 @@ what was wrong with it and what to pass instead, before torch meets the value de
 
 Every config class (`GRPOConfig`, `DPOConfig`, ...) goes through `known_options`, so a misspelt or
 foreign option name (TRL's `learning_rate`) fails with the option meant and the list of options,
-where Python would say only "unexpected keyword argument".
+where Python would say only "unexpected keyword argument". A setting that lives elsewhere (the
+completion length, on the Task a trainer takes: `TASK_SETTINGS`) is refused with where it lives.
 
 Tensor checks (shapes, masks, dtypes) live with the tensor functions in `minirl.ops`.
 """
@@ -17,7 +18,7 @@ import operator
 
 import torch
 
-__all__ = ["TRL_NAMES", "known_options", "unknown_option", "integer", "number", "choice", "token_ids",
+__all__ = ["TRL_NAMES", "TASK_SETTINGS", "known_options", "unknown_option", "integer", "number", "choice", "token_ids",
            "resolve_device", "generator_type", "generator_for"]
 
 # TRL's names for options minirl spells otherwise (its trainers' configs, and the PPOConfig of earlier
@@ -29,10 +30,21 @@ TRL_NAMES = {
     "num_ppo_epochs": "epochs", "num_mini_batches": "minibatches",
 }
 
+_ON_THE_TASK = ("the completion length lives on the task, not in the config: task.max_new_tokens, which the "
+                "trainer samples with. Set it there: tasks.custom_task(name, prompts, reward_fn, max_new_tokens=24), "
+                "or dataclasses.replace(tasks.arithmetic_task(), max_new_tokens=8)")
+# settings a user may look for on the config of a trainer that takes a Task, but which the task
+# holds (minirl's name, and TRL's: GRPOConfig's max_completion_length, its earlier PPOConfig's response_length)
+TASK_SETTINGS = {"max_new_tokens": _ON_THE_TASK, "max_completion_length": _ON_THE_TASK,
+                 "response_length": _ON_THE_TASK}
 
-def unknown_option(config: str, name: str, options: list[str]) -> str:
-    """The message for option `name` that config class `config` lacks: the option TRL's name stands
-    for, or else the nearest of `options` by spelling (case aside), then all of them."""
+
+def unknown_option(config: str, name: str, options: list[str], elsewhere: dict[str, str] | None = None) -> str:
+    """The message for option `name` that config class `config` lacks: where the setting lives
+    when `elsewhere` ({name: where}) knows it; else the option TRL's name stands for, or the
+    nearest of `options` by spelling (case aside), then all of them."""
+    if elsewhere and name in elsewhere:
+        return f"{config} has no option {name!r}: {elsewhere[name]}"
     if TRL_NAMES.get(name) in options:
         hint = f"; did you mean {TRL_NAMES[name]!r}? (TRL's {name!r} is minirl's {TRL_NAMES[name]!r})."
     else:
@@ -42,10 +54,14 @@ def unknown_option(config: str, name: str, options: list[str]) -> str:
     return f"{config} has no option {name!r}{hint} Its options: {', '.join(options)}"
 
 
-def known_options(cls: type) -> type:
+def known_options(cls: type | None = None, *, elsewhere: dict[str, str] | None = None):
     """Class decorator, above @dataclass: the class refuses a keyword it has no field for with a
     TypeError naming the nearest option (`unknown_option`). Positional arguments,
-    `dataclasses.replace`, frozen or not, and the signature `help` shows stay the dataclass's own."""
+    `dataclasses.replace`, frozen or not, and the signature `help` shows stay the dataclass's own.
+    elsewhere: {name: where that setting lives} for names that belong to another object, used as
+    @known_options(elsewhere=TASK_SETTINGS) by the configs of trainers that take a Task."""
+    if cls is None:
+        return functools.partial(known_options, elsewhere=elsewhere)
     init = cls.__init__
     options = [f.name for f in dataclasses.fields(cls) if f.init]
 
@@ -53,7 +69,7 @@ def known_options(cls: type) -> type:
     def __init__(self, *args, **kwargs):
         for name in kwargs:
             if name not in options:
-                raise TypeError(unknown_option(cls.__name__, name, options))
+                raise TypeError(unknown_option(cls.__name__, name, options, elsewhere))
         init(self, *args, **kwargs)
 
     cls.__init__ = __init__

@@ -13,15 +13,21 @@ known wrong answer, with what it is and what to change), then two every checker 
 sign and a NaN or inf where the answer is a number. The first trap whose answer the student's
 matches on the case is named above it, in plain words. Handed minirl's own function (the lessons
 name it next to each exercise), a checker runs nothing and prints FAIL saying so: the exercise
-is the student's own code, and the package's function would pass it without teaching anything.
+is the student's own code, and the package's function would pass it without teaching anything;
+so does a function of the student's that calls minirl's function of the exercise's name.
+
+The verdict line goes out through `verdicts.emit`, which also signs a record of it when `course
+grade` asks (minirl.course.verdicts says how, and what that cannot stop).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
 import itertools
 import math
+import sys
 from fractions import Fraction
 from typing import Callable, NamedTuple
 
@@ -29,10 +35,10 @@ import torch
 
 from .predictions import prediction
 from .training_loop import reinforce_loop
-from .verdicts import NOT_DONE
+from .verdicts import NOT_DONE, emit
 
 __all__ = [
-    "TOLERANCE", "SHOWN", "NOT_DONE", "PACKAGE_FUNCTION", "Trap", "SIGN_FLIP", "NOT_FINITE", "as_numbers",
+    "TOLERANCE", "SHOWN", "NOT_DONE", "PACKAGE_FUNCTION", "PACKAGE_WRAPPER", "Trap", "SIGN_FLIP", "NOT_FINITE", "as_numbers",
     "max_difference", "diagnose", "run_cases", "PASS_AT_K_CASES", "DISCOUNTED_RETURN_CASES",
     "pass_at_k", "masked_mean", "discounted_return", "trajectory_log_prob", "exact_objective", "score_function",
     "surrogate_loss", "reward_to_go", "reinforce_loss", "gae", "bias_and_variance", "clipped_objective",
@@ -47,17 +53,41 @@ TOLERANCE = 1e-6
 SHOWN = 3  # failing cases printed; the FAIL line says how many there were in all
 PACKAGE_FUNCTION = ("FAIL {name}: this is the package's own {package}, not yours\n"
                     "  The exercise asks for your code: pass the function you wrote in the cell.")
+PACKAGE_WRAPPER = ("FAIL {name}: your function calls the package's own {package}, which is the answer\n"
+                   "  The exercise asks for your code: write it without calling {package}.")
+
+
+def _leaves(x):
+    """What nested lists and tuples hold, depth first (x itself if it is neither)."""
+    if isinstance(x, (list, tuple)):
+        for item in x:
+            yield from _leaves(item)
+    else:
+        yield x
+
+
+def _detached(x):
+    """x with every tensor in it detached, lists and tuples kept nested (as lists)."""
+    if isinstance(x, (list, tuple)):
+        return [_detached(item) for item in x]
+    return x.detach() if isinstance(x, torch.Tensor) else x
 
 
 def as_numbers(x) -> torch.Tensor:
-    """What a student function returned, as a float64 tensor, or a TypeError saying what it was."""
+    """What a student function returned, as a float64 tensor: a number, a tensor, or lists and tuples
+    of numbers and 0-d tensors nested as torch.as_tensor reads them (rows of floats: a (B, T)
+    answer); anything else is a TypeError saying what it was and what to return."""
     if x is None:
         raise TypeError("returned None: did you forget to `return` the result?")
-    if isinstance(x, (list, tuple)) and any(isinstance(t, torch.Tensor) and t.dim() > 0 for t in x):
+    nested = isinstance(x, (list, tuple))
+    if nested and any(isinstance(t, torch.Tensor) and t.dim() > 0 for t in _leaves(x)):
         raise TypeError(f"returned a {type(x).__name__} of tensors: return one tensor (torch.stack the rows)")
     try:
-        return torch.as_tensor(x.detach() if isinstance(x, torch.Tensor) else x, dtype=torch.float64)
+        return torch.as_tensor(_detached(x), dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):
+        if nested:
+            raise TypeError(f"returned a {type(x).__name__} that is not one block of numbers (rows of different "
+                            "lengths, or something not a number): return one tensor") from None
         raise TypeError(f"returned a {type(x).__name__}, not a number or a tensor of numbers") from None
 
 
@@ -161,6 +191,26 @@ def _package_function(fn) -> str | None:
     return f"{module}.{getattr(fn, '__qualname__', getattr(fn, '__name__', type(fn).__name__))}"
 
 
+@contextlib.contextmanager
+def _calls_to_package(name: str):
+    """Yield a list that fills with 'minirl.<module>.<name>' if, inside the block, a function of
+    minirl (outside the course's own checkers) named `name` is called: a student's function that
+    hands the exercise to minirl's own. sys.setprofile sees every Python call, aliases included."""
+    called: list[str] = []
+
+    def watch(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == name:
+            module = frame.f_globals.get("__name__", "")
+            if module.startswith("minirl.") and not module.startswith("minirl.course."):
+                called.append(f"{_HOMEWORK_NAMES.get(module, module)}.{name}")
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        yield called
+    finally:
+        sys.setprofile(previous)
+
+
 def _returning(student_fn, convert):
     """student_fn with `convert` applied to what it returns; functools.wraps keeps student_fn
     reachable (inspect.unwrap), so run_cases still sees whose function it is."""
@@ -174,7 +224,7 @@ def _report(name: str, failures: list[tuple[str, str, Trap | None]], n_cases: in
     """The FAIL line, then the first SHOWN failing cases, grouped under the trap each falls into."""
     shown = failures[:SHOWN]
     showing = f", showing {len(shown)}" if len(shown) < len(failures) else ""
-    print(f"FAIL {name}: {len(failures)} of {n_cases} cases wrong{showing}")
+    emit(name, "fail", f"FAIL {name}: {len(failures)} of {n_cases} cases wrong{showing}")
     by_trap: dict[Trap | None, list[str]] = {}  # in order of first appearance
     for label, how_far, trap in shown:
         by_trap.setdefault(trap, []).append(f"{label}: {how_far}")
@@ -193,22 +243,27 @@ def run_cases(name: str, student_fn, reference_fn, cases: list[tuple[str, tuple]
 
     Each function gets its own deep copy of the arguments, so a student function that changes its
     inputs in place can neither corrupt the reference's inputs nor pass by zeroing them. minirl's
-    own function prints PACKAGE_FUNCTION's FAIL and runs no case.
+    own function prints PACKAGE_FUNCTION's FAIL and runs no case; a function that calls minirl's
+    function of the exercise's name (a wrapper, a lambda) prints PACKAGE_WRAPPER's.
     """
     package = _package_function(student_fn)
     if package:
-        print(PACKAGE_FUNCTION.format(name=name, package=package))
+        emit(name, "package", PACKAGE_FUNCTION.format(name=name, package=package))
         return
     failures = []  # (label, how far off, the trap it falls into or None)
     for label, args in cases:
         try:
-            got = student_fn(*copy.deepcopy(args))
+            with _calls_to_package(name) as called:
+                got = student_fn(*copy.deepcopy(args))
         except NotImplementedError:
-            print(NOT_DONE.format(name=name))
+            emit(name, "not done", NOT_DONE.format(name=name))
             return
         except Exception as e:  # a student's bug must not stop the notebook
             failures.append((label, f"raised {type(e).__name__}: {e}", None))
             continue
+        if called:
+            emit(name, "package", PACKAGE_WRAPPER.format(name=name, package=called[0]))
+            return
         try:
             want = reference_fn(*copy.deepcopy(args))
             diff = max_difference(got, want)
@@ -221,7 +276,7 @@ def run_cases(name: str, student_fn, reference_fn, cases: list[tuple[str, tuple]
         _report(name, failures, len(cases))
         return
     within = "equal to the reference" if tolerance == 0 else f"within {tolerance:.0e} of the reference"
-    print(f"PASS {name}: {len(cases)} cases, each {within}")
+    emit(name, "pass", f"PASS {name}: {len(cases)} cases, each {within}")
 
 
 # ---------------------------------------------------------------- lesson 00
@@ -355,9 +410,35 @@ def _autograd_score(mdp, logits, prompt, completion):
     return theta.grad
 
 
+_AUTOGRAD = ("used autograd (.backward() or torch.autograd.grad): write the gradient by hand, "
+             "onehot(a_t) - pi(.|s_t) on each visited state's row")
+
+
+def _by_hand(student_fn):
+    """student_fn run with autograd off (torch.no_grad). If it fails so but runs with autograd on, it
+    took its gradient from autograd, which the exercise rules out: a ValueError (_AUTOGRAD) says so."""
+    @functools.wraps(student_fn)
+    def run(*args):
+        spare = copy.deepcopy(args)
+        try:
+            with torch.no_grad():
+                return student_fn(*args)
+        except NotImplementedError:
+            raise
+        except RuntimeError as without:
+            try:
+                student_fn(*spare)
+            except Exception:
+                raise without from None
+            raise ValueError(_AUTOGRAD) from None
+    return run
+
+
 def score_function(student_fn) -> None:
-    """Check score_function(mdp, logits, prompt, completion) = grad_theta log pi(tau), against autograd."""
-    run_cases("score_function", student_fn, _autograd_score,
+    """Check score_function(mdp, logits, prompt, completion) = grad_theta log pi(tau), by hand: the
+    student's function runs under torch.no_grad, and one that needs autograd fails with _AUTOGRAD
+    (the reference is autograd's gradient, so calling it would copy the checker)."""
+    run_cases("score_function", _by_hand(student_fn), _autograd_score,
               _micro_cases(with_completion=True))
 
 
@@ -415,6 +496,12 @@ def _loop_total_return(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) 
     return _loop_reward_to_go(rewards, mask, gamma)[:, :1] * mask
 
 
+def _loop_discounted_from_start(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """gamma^t G_t = sum_{t'>=t} gamma^t' r_t': the discounted policy gradient's weight folded into
+    reward-to-go, discounting from the row's start instead of from t."""
+    return _loop_reward_to_go(rewards, mask, gamma) * gamma ** torch.arange(rewards.size(1), dtype=torch.float64)
+
+
 def _loop_reward_to_go_from_next(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
     """G_{t+1} stored at t: reward-to-go off by one."""
     g = _loop_reward_to_go(rewards, mask, gamma)
@@ -445,8 +532,11 @@ def reward_to_go(student_fn) -> None:
              ("discounted, gamma 0.9", (r, ragged, 0.9)), ("junk on the padding", (poisoned, ragged, 1.0))]
     off_by_one = Trap("Off by one: position t holds G_(t+1), the sum after r_t.",
                       "Add r_t to the running sum before storing it at t.", _gives(_loop_reward_to_go_from_next))
+    gamma_t = Trap("An extra gamma^t on G_t: that weight belongs to the discounted policy gradient, not to G_t.",
+                   "Discount from t, as if t were the start: G_t = r_t + gamma * G_(t+1).",
+                   _gives(_loop_discounted_from_start))
     run_cases("reward_to_go", student_fn, _loop_reward_to_go, cases,
-              traps=(_RUNNING_SUM, _forgot_mask(_loop_reward_to_go, 1), off_by_one))
+              traps=(_RUNNING_SUM, _forgot_mask(_loop_reward_to_go, 1), off_by_one, gamma_t))
 
 
 def _reinforce_loss_with(returns_fn):
@@ -454,6 +544,16 @@ def _reinforce_loss_with(returns_fn):
     def loss(logprobs, rewards, mask):
         return -(returns_fn(rewards, mask, 1.0) * logprobs * mask).sum(dim=1).mean()
     return loss
+
+
+def _token_mean_losses() -> tuple[Callable, ...]:
+    """The reward-to-go surrogate averaged over tokens, reinforce_loss's trap: over the batch's real
+    tokens, over every position (torch.mean), or within each row and then over the rows."""
+    def weighted(logprobs, rewards, mask):
+        return _loop_reward_to_go(rewards, mask, 1.0) * logprobs * mask
+    return (lambda lp, r, m: -weighted(lp, r, m).sum() / m.sum(),
+            lambda lp, r, m: -weighted(lp, r, m).mean(),
+            lambda lp, r, m: -(weighted(lp, r, m).sum(dim=1) / m.sum(dim=1)).mean())
 
 
 def _value_and_grad(loss_fn):
@@ -483,8 +583,11 @@ def reinforce_loss(student_fn) -> None:
                         "Sum the rewards from t to the row's end, not over the whole row.",
                         _gives(_value_and_grad(_reinforce_loss_with(_loop_total_return))))
     running_sum = _RUNNING_SUM._replace(spots=_gives(_value_and_grad(_reinforce_loss_with(_loop_running_sum))))
+    token_mean = Trap("A mean over tokens: the loss sums each sequence's tokens, then averages over the B sequences.",
+                      "Sum over t within each row (.sum(dim=1)), then take .mean() over the rows.",
+                      _gives(*map(_value_and_grad, _token_mean_losses())))
     run_cases("reinforce_loss", _value_and_grad(student_fn), reference, cases,
-              traps=(_forgot_mask(reference, 2), whole_return, running_sum))
+              traps=(_forgot_mask(reference, 2), whole_return, running_sum, token_mean))
 
 
 # ---------------------------------------------------------------- lesson 04
@@ -516,13 +619,19 @@ def _loop_gae_values_shifted(rewards, values, mask, gamma, lam):
     return _loop_gae(rewards, torch.cat([masked[:, 1:], torch.zeros_like(masked[:, :1])], dim=1), mask, gamma, lam)
 
 
+def _advantages(out):
+    """gae's answer: the first of a pair of tensors (advantages, returns), as minirl's gae returns
+    it, else out itself (a tensor, or rows of numbers in a list)."""
+    pair = isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(x, torch.Tensor) for x in out)
+    return out[0] if pair else out
+
+
 def gae(student_fn) -> None:
     """Check gae(rewards, values, mask, gamma, lam) -> advantages (B, T), 0 on padding, no bootstrap past a row's end."""
     shifted = Trap("Off by one: each value is read one token late (V(s_(t+1)) used as V(s_t)).",
                    "values[:, t] is V before token t: delta_t = r_t + gamma * values[:, t+1] - values[:, t].",
                    _gives(_loop_gae_values_shifted))
-    run_cases("gae", _returning(student_fn, lambda out: out[0] if isinstance(out, (tuple, list)) else out),
-              _loop_gae, _gae_cases(), traps=(_forgot_mask(_loop_gae, 2), shifted))
+    run_cases("gae", _returning(student_fn, _advantages), _loop_gae, _gae_cases(), traps=(_forgot_mask(_loop_gae, 2), shifted))
 
 
 def _loop_bias_variance(terms, probs, exact):
@@ -609,7 +718,10 @@ def group_advantages(student_fn) -> None:
              Trap("The population std (divides by G), not the sample std (G - 1): advantages sqrt(G/(G-1)) too large.",
                   "Use .std() (unbiased, torch's default), not .std(unbiased=False) or correction=0.",
                   _gives(lambda rewards, group_size, eps: _loop_group_advantages(rewards, group_size, eps, ddof=0))),
-             Trap("eps is missing: you divided by the std alone.", "Divide by (std + eps).", _gives(_no_eps_group_advantages)))
+             Trap("eps is missing: you divided by the std alone.", "Divide by (std + eps).", _gives(_no_eps_group_advantages)),
+             Trap("Normalized over the whole batch: each group's own mean and std are its baseline and scale.",
+                  "Reshape to (-1, group_size) and take the mean and std along dim=1.",
+                  _gives(lambda rewards, group_size, eps: _loop_group_advantages(rewards, len(rewards), eps))))
     run_cases("group_advantages", student_fn, _loop_group_advantages, cases, traps=traps)
 
 
@@ -619,6 +731,15 @@ def _loop_k3(logp, ref_logp):
         q_over_p = math.exp(float(ref_logp[idx]) - float(logp[idx]))
         out[idx] = q_over_p - 1 - math.log(q_over_p)
     return out
+
+
+def _k3_mixed_up(logp, ref_logp):
+    """k3 with log-probs and probabilities mixed up, kl_k3's trap, three ways: the log-probs divided
+    as if they were p and q, the log-ratio used as the ratio (exp forgotten), and q - p where log(q/p) goes."""
+    logp, ref_logp = logp.double(), ref_logp.double()
+    as_probs, no_exp = ref_logp / logp, ref_logp - logp
+    return (as_probs - 1 - torch.log(as_probs), no_exp - 1 - torch.log(no_exp),
+            torch.exp(ref_logp - logp) - 1 - (ref_logp.exp() - logp.exp()))
 
 
 def kl_k3(student_fn) -> None:
@@ -631,7 +752,13 @@ def kl_k3(student_fn) -> None:
              ("one token", (logp[:1, :1], ref[:1, :1]))]
     upside_down = Trap("The ratio upside down: p/q, where k3 uses q/p = exp(ref_logp - logp).",
                        "k3 = q/p - 1 - log(q/p), p = pi_theta, q = pi_ref.", _gives(lambda logp, ref: _loop_k3(ref, logp)))
-    run_cases("kl_k3", student_fn, _loop_k3, cases, traps=(upside_down,))
+    k1 = Trap("k1, the log-ratio log p - log q (or log q - log p): k3 adds q/p - 1, which makes every value >= 0.",
+              "With r = ref_logp - logp: k3 = torch.exp(r) - 1 - r.",
+              _gives(lambda logp, ref: logp.double() - ref.double(), lambda logp, ref: ref.double() - logp.double()))
+    mixed_up = Trap("Log-probs and probabilities mixed up: q/p is exp(ref_logp - logp), and log(q/p) is ref_logp - logp.",
+                    "With r = ref_logp - logp: k3 = torch.exp(r) - 1 - r (no division, no torch.log).",
+                    lambda got, want, args: any(_same(got, wrong) for wrong in _k3_mixed_up(*args)))
+    run_cases("kl_k3", student_fn, _loop_k3, cases, traps=(upside_down, k1, mixed_up))
 
 
 # ---------------------------------------------------------------- lesson 08
@@ -819,7 +946,7 @@ def _loop_dpo(pc, pr, rc, rr, beta):
 
 
 def _flat_dpo(out):
-    if not isinstance(out, tuple) or len(out) != 3:
+    if not isinstance(out, (tuple, list)) or len(out) != 3:
         raise TypeError("return three things: (loss, chosen_rewards, rejected_rewards)")
     loss, chosen, rejected = (as_numbers(x) for x in out)
     return torch.cat([loss.reshape(1), chosen.reshape(-1), rejected.reshape(-1)])

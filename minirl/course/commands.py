@@ -2,8 +2,9 @@
 
     python -m minirl.course start [--solved] [--lesson NN]   # exercise versions in exercises/, opened in JupyterLab
     python -m minirl.course student [--out student/] [--with-outputs] [--force]   # write exercise versions
-    python -m minirl.course grade SUBMISSIONS [--timeout 300] [--out grades.csv]   # exercise x student table
+    python -m minirl.course grade SUBMISSIONS [--timeout 300] [--out grades.csv] [--gradescope DIR]   # task x student table
     python -m minirl.course refresh [lessons/NN_x.ipynb ...]   # re-execute headlessly, store outputs
+    python -m minirl.course capstone testset | evaluate | baseline   # the capstone (minirl.course.capstone)
 
 `start` writes the exercise versions into `exercises/` (once: a notebook already there is never
 replaced) and opens lesson 00's in JupyterLab; `--solved` opens the solved lessons in `lessons/`.
@@ -15,7 +16,7 @@ lessons' figures for reading ahead). A notebook already in the output folder tha
 fresh copy is kept, and said so, unless `--force`. Solutions live only inside function bodies, so
 the student version still runs end to end: the checkers print FAIL and the experiments use
 minirl's own functions. With `--with-outputs` the stored outputs are kept instead, each checker's
-PASS line turned into the FAIL line an unfinished exercise prints: what a student's first run must
+PASS line turned into the TODO line an unfinished exercise prints: what a student's first run must
 show, so `pytest --nbval` on these copies checks that they run end to end and that every other
 output comes back. In Markdown cells, the text between `<!-- BEGIN SOLUTION -->` and
 `<!-- END SOLUTION -->` (a hunt-the-bug answer) is replaced by a line saying the answer is left out,
@@ -28,12 +29,12 @@ holding one carries nbgrader's cell metadata (`refresh` writes it: `nbgrader_met
 hunt-the-bug answer a manually graded answer of one point.
 
 `grade` runs every submitted notebook in a fresh kernel (each cell limited to `--timeout`
-seconds, errors recorded and the run continued) and reads the checkers' PASS/FAIL lines and the
-predictions' RIGHT/WRONG lines, and whether each experiment's findings and written problem are
-answered: one row per student, one column per task (an exercise pass, fail or not done; a
-prediction right, wrong or not done; an experiment or written problem done or not done, its
-content for a person to grade with the rubric in the solved lesson). A submissions folder holds one folder per student with
-their notebooks in it (named as the lessons are), or notebooks named `<student>_<lesson>.ipynb`.
+seconds, errors recorded and the run continued) and asks each checker itself, through a channel
+the grader controls: one row per student, one column per task (an exercise pass, fail, not done
+or minirl's own; a prediction right, wrong or not done; an experiment or written problem done or
+not done, its content for a person to grade with the rubric in the solved lesson). Every student
+gets a row whatever they submitted; grades.csv is rewritten after each notebook. `--gradescope`
+also writes Gradescope's results.json. minirl.course.grading says how.
 
 `refresh` runs each lesson top to bottom in a fresh kernel with one thread and progress bars
 off (MINIRL_PROGRESS=0), stores the outputs in place, and prints each lesson's runtime.
@@ -51,27 +52,19 @@ from pathlib import Path
 
 import nbformat
 
-from .check import NOT_DONE
+from .grading import LESSONS, RENAMED, grade, write_grades
+from .verdicts import NOT_DONE
 from .predictions import BEGIN as BEGIN_PREDICTION, END as END_PREDICTION, NOT_PREDICTED
 from . import written
 
-__all__ = ["lesson_paths", "strip_solutions", "strip_predictions", "strip_answers", "student_version", "nbgrader_metadata", "execute", "write_student_versions", "start", "checker_verdicts", "run_submission", "submissions", "expected_exercises", "grade", "write_grades", "RENAMED"]
+__all__ = ["lesson_paths", "strip_solutions", "strip_predictions", "strip_answers", "student_version", "nbgrader_metadata", "execute", "write_student_versions", "start"]
 
-LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = 'raise NotImplementedError("exercise: write your solution here")'
 BEGIN_ANSWER, END_ANSWER = "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->"  # nbgrader finds these too
 ANSWER_STUB = "*(The answer is left out of the student version: find the bug by its numbers.)*"
 CHECKER_PASS = re.compile(r"^PASS (\w+): .*$", re.M)  # a checker's verdict on a right answer (minirl.check)
 PREDICTED = re.compile(r"^(?:RIGHT|WRONG) (\w+): .*$", re.M)  # check.prediction's verdict on a prediction made
-RENAMED = {  # the lessons renumbered on 2026-12-06 into the order they are taken: old name -> what it became
-    "07_reward_models": ("08_reward_models",),
-    "08_rlhf": ("09_rlhf", "10_overoptimization"),  # split in two; its exercises are all in 09
-    "09_dpo": ("11_dpo",),
-    "10_imitation_irl_gail": ("12_imitation_irl_gail",),
-    "11_trl_scale_out": ("15_trl_scale_out",),
-    "12_grpo_family_off_policy": ("07_grpo_family_off_policy",),
-}
 
 
 def lesson_paths(paths: list[str]) -> list[Path]:
@@ -104,7 +97,7 @@ def strip_answers(source: str) -> str:
 
 def student_version(nb: nbformat.NotebookNode, with_outputs: bool = False) -> nbformat.NotebookNode:
     """Solutions stubbed and hunt-the-bug answers left out; outputs cleared, or (with_outputs) kept
-    with every checker's PASS turned into the FAIL of an unfinished exercise."""
+    with every checker's PASS turned into the TODO of an unfinished exercise."""
     for cell in nb.cells:
         begin, end = (BEGIN, END) if cell.cell_type == "code" else (BEGIN_ANSWER, END_ANSWER)
         pairs = [(begin, end)] + ([(BEGIN_PREDICTION, END_PREDICTION)] if cell.cell_type == "code" else [])
@@ -216,131 +209,6 @@ def start(solved: bool, lesson: str, folder: Path) -> None:
     os.execvp(shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter", args)
 
 
-CHECKER_LINE = re.compile(r"^(PASS|FAIL|RIGHT|WRONG) (\w+):(.*)$", re.M)
-
-
-def checker_verdicts(nb: nbformat.NotebookNode) -> dict[str, str]:
-    """Exercise, prediction or written task name -> 'pass', 'fail' or 'not done' (an exercise),
-    'right', 'wrong' or 'not done' (a prediction), read from the checkers' lines in a notebook's
-    outputs (a checker run twice: its last line counts); 'done' or 'not done' (an experiment's
-    findings or a written problem, `written.is_done`), read from its answer cell."""
-    verdicts = {}
-    for cell in nb.cells:
-        if cell.cell_type == "markdown" and (task := written.written_task(cell.source)):
-            verdicts[task.name] = "done" if written.is_done(cell.source) else "not done"
-        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
-            for verdict, name, rest in CHECKER_LINE.findall(output.get("text", "")):
-                line = f"FAIL {name}:{rest}"
-                not_done = line in (NOT_DONE.format(name=name), NOT_PREDICTED.format(name=name))
-                verdicts[name] = ("not done" if not_done else
-                                  {"PASS": "pass", "RIGHT": "right", "WRONG": "wrong"}.get(verdict, "fail"))
-    return verdicts
-
-
-def run_status(nb: nbformat.NotebookNode, timeout: int) -> str:
-    """How an executed notebook ran: 'ran', or its code cells (counted from 1) that raised or ran
-    out of time."""
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    problems = []
-    for i, cell in enumerate(code, 1):
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                what = f"over {timeout} s" if output.get("ename") == "KeyboardInterrupt" else output.get("ename", "error")
-                problems.append(f"code cell {i}: {what}")
-    return ", ".join(problems) or "ran"
-
-
-def run_submission(path: Path, timeout: int) -> tuple[dict[str, str], str]:
-    """Execute a submitted notebook in a fresh kernel (a copy, beside the lessons' sweep results):
-    a cell that raises is recorded and the next one runs; one that runs past `timeout` seconds is
-    interrupted and recorded the same way. Return its checker verdicts and how the run went."""
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
-
-    nb = nbformat.read(path, as_version=4)
-    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MINIRL_PROGRESS="0")
-    with tempfile.TemporaryDirectory(prefix="minirl-grade-") as work:
-        if (LESSONS / "sweeps").is_dir():
-            shutil.copytree(LESSONS / "sweeps", Path(work) / "sweeps", ignore=shutil.ignore_patterns("__pycache__"))
-        client = NotebookClient(nb, timeout=timeout, interrupt_on_timeout=True, allow_errors=True,
-                                kernel_name="python3", resources={"metadata": {"path": work}})
-        try:
-            client.execute()
-            status = run_status(nb, timeout)
-        except DeadKernelError:
-            status = "the kernel died"
-    return checker_verdicts(nb), status
-
-
-def submissions(folder: Path) -> dict[str, list[Path]]:
-    """Student -> their notebooks: one folder per student, or files named <student>_<NN_lesson>.ipynb."""
-    found: dict[str, list[Path]] = {}
-    for path in sorted(folder.rglob("*.ipynb")):
-        if ".ipynb_checkpoints" in path.parts:
-            continue
-        if path.parent != folder:
-            found.setdefault(path.relative_to(folder).parts[0], []).append(path)
-        elif m := re.match(r"(.+?)_(\d\d_.+\.ipynb)$", path.name):
-            found.setdefault(m.group(1), []).append(path)
-        else:
-            raise SystemExit(f"{path}: name a submission <student>_<NN_lesson>.ipynb or put it in a folder per student")
-    if not found:
-        raise SystemExit(f"no notebooks under {folder}")
-    return found
-
-
-def lesson_name(path: Path) -> str:
-    m = re.search(r"(\d\d_[^/]+)\.ipynb$", path.name)
-    return m.group(1) if m else path.stem
-
-
-def expected_exercises(lesson: str) -> list[str]:
-    """The exercises and predictions the solved lesson of that name checks (its stored PASS, RIGHT
-    and WRONG lines), in order."""
-    path = LESSONS / f"{lesson}.ipynb"
-    return list(checker_verdicts(nbformat.read(path, as_version=4))) if path.exists() else []
-
-
-def grade(folder: Path, timeout: int) -> tuple[list[str], dict[str, dict[str, str]], dict[str, dict[str, str]]]:
-    """Run every submission; return the columns ('NN/exercise'), the table student -> column ->
-    'pass' / 'fail' / 'not done' / 'no verdict', and each student's run status per lesson."""
-    columns: list[str] = []
-    table: dict[str, dict[str, str]] = {}
-    runs: dict[str, dict[str, str]] = {}
-    for student, paths in submissions(folder).items():
-        for path in paths:
-            lesson = RENAMED.get(lesson_name(path), (lesson_name(path),))[0]  # an old name graded as today's
-            verdicts, status = run_submission(path, timeout)
-            print(f"{student} {lesson}: {status}", flush=True)
-            runs.setdefault(student, {})[lesson] = status
-            table.setdefault(student, {})
-            for name in expected_exercises(lesson) + list(verdicts):
-                column = f"{lesson[:2]}/{name}" if lesson[:2].isdigit() else f"{lesson}/{name}"
-                if column not in columns:
-                    columns.append(column)
-                table.setdefault(student, {})[column] = verdicts.get(name, "no verdict")
-    return columns, table, runs
-
-
-def write_grades(columns: list[str], table: dict[str, dict[str, str]], runs: dict[str, dict[str, str]], out: Path) -> str:
-    """The table as CSV at `out` (a 'run' column per student: how each notebook ran) and as text."""
-    import csv
-
-    with out.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["student", *columns, "passed", "runs"])
-        for student, row in table.items():
-            passed = sum(v in ("pass", "right", "done") for v in row.values())  # passed, right, or written
-            notes = "; ".join(f"{lesson}: {status}" for lesson, status in runs[student].items())
-            w.writerow([student, *(row.get(c, "missing") for c in columns), f"{passed}/{len(columns)}", notes])
-    width = max(len(s) for s in table)
-    lines = [" " * width + "  " + "  ".join(columns)]
-    for student, row in table.items():
-        cells = "  ".join(f"{row.get(c, 'missing'):<{len(c)}}" for c in columns)
-        lines.append(f"{student:<{width}}  {cells}")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m minirl.course",
                                      description="The course's commands: open it, hand it out, check it, grade it.")
@@ -355,12 +223,21 @@ def main() -> None:
     student.add_argument("paths", nargs="*")
     student.add_argument("--out", default="student")
     student.add_argument("--with-outputs", action="store_true",
-                         help="keep the stored outputs, each checker's PASS as an unfinished exercise's FAIL (for nbval)")
+                         help="keep the stored outputs, each checker's PASS as an unfinished exercise's TODO (for nbval)")
     student.add_argument("--force", action="store_true", help="replace notebooks already in --out, changed or not")
-    grader = sub.add_parser("grade", help="run submitted notebooks and tabulate each exercise's checker verdict")
-    grader.add_argument("folder", type=Path)
+    grader = sub.add_parser("grade", help="run submitted notebooks and tabulate each task's verdict")
+    grader.add_argument("folder", type=Path, nargs="?", help="the submissions: a folder per student, or "
+                        "<student>_<NN_lesson>.ipynb files, or one student's notebooks (Gradescope's layout)")
     grader.add_argument("--timeout", type=int, default=300, help="seconds each cell may run (default 300)")
     grader.add_argument("--out", type=Path, help="CSV to write (default: grades.csv in the submissions folder)")
+    grader.add_argument("--gradescope", type=Path, metavar="FOLDER",
+                        help="also write each student's results.json in Gradescope's format there "
+                             "(FOLDER/results.json for one student's submission)")
+    grader.add_argument("--lessons", type=Path, default=LESSONS,
+                        help="the solved notebooks to grade against (default: the course's lessons/)")
+    capstone = sub.add_parser("capstone", help="the capstone: its private test set, the leaderboard, the baseline",
+                              description="python -m minirl.course capstone testset | evaluate | baseline (each has --help)")
+    capstone.add_argument("args", nargs=argparse.REMAINDER, metavar="testset|evaluate|baseline ...")
     args = parser.parse_args()
 
     if args.command == "start":
@@ -370,11 +247,17 @@ def main() -> None:
             print(f"{path.name}: {execute(path):.1f} s at one thread", flush=True)
     elif args.command == "student":
         write_student_versions(lesson_paths(args.paths), Path(args.out), args.with_outputs, args.force)
+    elif args.command == "capstone":
+        from . import capstone
+        capstone.main(args.args)
     else:
-        columns, table, runs = grade(args.folder, args.timeout)
+        if args.folder is None:
+            raise SystemExit("grade: name the folder of submissions, e.g. python -m minirl.course grade submissions/ "
+                             "(a folder per student, or <student>_<NN_lesson>.ipynb files)")
         out = args.out or args.folder / "grades.csv"
+        columns, table, runs = grade(args.folder, args.timeout, out, args.lessons, args.gradescope)
         print(write_grades(columns, table, runs, out))
-        print(f"wrote {out}")
+        print(f"wrote {out}" + (f" and results.json under {args.gradescope}" if args.gradescope else ""))
 
 
 if __name__ == "__main__":

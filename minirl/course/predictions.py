@@ -23,10 +23,12 @@ from __future__ import annotations
 import math
 import numbers
 
+from .verdicts import emit
+
 __all__ = ["BEGIN", "END", "NOT_PREDICTED", "prediction"]
 
 BEGIN, END = "### BEGIN PREDICTION", "### END PREDICTION"
-NOT_PREDICTED = "FAIL {name}: no prediction yet (set it in the prediction cell above, then run this cell again)"
+NOT_PREDICTED = "TODO {name}: no prediction yet (set it in the prediction cell above, then run this cell again)"
 
 
 def shown(value) -> str:
@@ -45,15 +47,16 @@ def is_right(predicted, answer, tolerance: float | None, relative: bool) -> bool
 
 def prediction(name: str, predicted, answer, why: str, tolerance: float | None = None,
                choices: tuple[str, ...] | None = None, relative: bool = False) -> None:
-    """Print RIGHT or WRONG (with the answer and `why`), or the FAIL line of a prediction not made
+    """Print RIGHT or WRONG (with the answer and `why`), or the TODO line of a prediction not made
     (`predicted` is None). `choices`, where given, are the allowed answers: anything else is
     refused with the list, before the answer is shown. Never raises on the student's value."""
     if predicted is None:
-        print(NOT_PREDICTED.format(name=name))
+        emit(name, "not done", NOT_PREDICTED.format(name=name))
         return
     if choices is not None and (not isinstance(predicted, str)
                                 or predicted.strip().lower() not in [c.lower() for c in choices]):
-        print(f"FAIL {name}: {shown(predicted)} is not one of the choices {', '.join(map(shown, choices))}")
+        emit(name, "fail", f"FAIL {name}: {shown(predicted)} is not one of the choices {', '.join(map(shown, choices))}")
         return
-    verdict = "RIGHT" if is_right(predicted, answer, tolerance, relative) else "WRONG"
-    print(f"{verdict} {name}: you predicted {shown(predicted)}; the runs say {shown(answer)}. {why}")
+    right = is_right(predicted, answer, tolerance, relative)
+    emit(name, "right" if right else "wrong",
+         f"{'RIGHT' if right else 'WRONG'} {name}: you predicted {shown(predicted)}; the runs say {shown(answer)}. {why}")

@@ -2,6 +2,7 @@
 
     python -m minirl.course.site [--out site/]              # the solved lessons (instructors, readers)
     python -m minirl.course.site --student [--out site/]    # student-safe: solutions and hunt answers left out
+    python -m minirl.course.site --leaderboard leaderboard.csv   # with the capstone's board (minirl.course.capstone)
 
 Each lesson `lessons/NN_name.ipynb` becomes `NN_name.html` with its stored outputs (nothing is
 re-executed; plots are inline PNGs), links to the previous and next lesson and to the index at
@@ -9,7 +10,7 @@ top and bottom, and its links to other lessons pointing at their pages. Each gui
 becomes `x.html`. `index.html` is the README's title, opening paragraph and lesson table, read at
 build time, and a list of the guides. The student-safe site shows each lesson as a student's copy
 would look after a first run (`minirl.course.commands.student_version` with outputs: solutions stubbed,
-hunt-the-bug answers left out, each checker's line the FAIL of an unfinished exercise), with
+hunt-the-bug answers left out, each checker's line the TODO of an unfinished exercise), with
 every figure of the solved run. The folder needs no
 network: copy it to any web server or open it from disk (file://).
 
@@ -32,9 +33,13 @@ from typing import Callable
 
 import jinja2
 import nbformat
-from nbconvert import HTMLExporter
+try:
+    from nbconvert import HTMLExporter
+except ImportError:
+    raise ImportError("the site is rendered by nbconvert, one of an instructor's tools: make install-instructor "
+                      "(or pip install -c constraints.txt -e '.[instructor]')") from None
 
-__all__ = ["lesson_paths", "page_name", "lesson_title", "link_lessons", "index_markdown", "doc_paths", "build"]
+__all__ = ["lesson_paths", "page_name", "lesson_title", "link_lessons", "index_markdown", "doc_paths", "leaderboard_page", "build"]
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS, README, DOCS = ROOT / "lessons", ROOT / "README.md", ROOT / "docs"
@@ -142,9 +147,11 @@ def doc_title(text: str, path: Path) -> str:
     return text.partition("\n")[0].removeprefix("# ").strip() if text.startswith("# ") else path.stem
 
 
-def index_page(exporter: HTMLExporter, readme: str, student: bool = False) -> str:
-    """index.html: the README's lesson table (see index_markdown) and the guides, as a one-cell notebook's page."""
+def index_page(exporter: HTMLExporter, readme: str, student: bool = False, board: bool = False) -> str:
+    """index.html: the README's lesson table (see index_markdown) and the guides (and the capstone's
+    leaderboard with `board`), as a one-cell notebook's page."""
     guides = "\n".join(f"- [{doc_title(p.read_text(encoding='utf-8'), p)}]({p.stem}.html)" for p in doc_paths())
+    guides += "\n- [Capstone leaderboard](leaderboard.html)" if board else ""
     which = ("These are the exercise versions: solutions and hunt-the-bug answers are left out; the figures are "
              "those of the solved run." if student else "")
     text = f"{index_markdown(readme)}\n{which}\n\n## Guides\n\n{guides}\n"
@@ -157,6 +164,14 @@ def doc_page(exporter: HTMLExporter, path: Path) -> str:
     text = path.read_text(encoding="utf-8")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
     return render(exporter, nb, doc_title(text, path), [("index", "index.html", "all lessons")])
+
+
+def leaderboard_page(path: Path) -> str:
+    """The capstone's leaderboard (`minirl.course.capstone`) from its CSV, linked to the index and the capstone's page."""
+    from minirl.course import capstone
+
+    nav = '<p><a href="index.html">all lessons</a> &middot; <a href="capstone.html">the capstone</a></p>'
+    return capstone.leaderboard_html(capstone.read_leaderboard(path), nav)
 
 
 def write(out: Path, name: str, page: Callable[[], str]) -> None:
@@ -175,9 +190,10 @@ def copy_mathjax(out: Path) -> None:
     shutil.copytree(static, out / "mathjax", dirs_exist_ok=True)
 
 
-def build(out: Path, student: bool = False) -> float:
-    """Write every lesson's page (student-safe with `student`), the guides, the index and MathJax
-    into out; print a line per page; return seconds."""
+def build(out: Path, student: bool = False, leaderboard: Path | None = None) -> float:
+    """Write every lesson's page (student-safe with `student`), the guides, the capstone's
+    leaderboard from its CSV (`leaderboard`, if given), the index and MathJax into out; print a
+    line per page; return seconds."""
     from minirl.course.commands import student_version
 
     start = time.time()
@@ -194,9 +210,11 @@ def build(out: Path, student: bool = False) -> float:
         write(out, page_name(lesson), partial(render, exporter, nb, titles[lesson], lesson_nav(titles, lesson)))
     for doc in doc_paths():
         write(out, doc.stem + ".html", partial(doc_page, exporter, doc))
-    write(out, "index.html", partial(index_page, exporter, README.read_text(encoding="utf-8"), student))
+    if leaderboard is not None:
+        write(out, "leaderboard.html", partial(leaderboard_page, leaderboard))
+    write(out, "index.html", partial(index_page, exporter, README.read_text(encoding="utf-8"), student, leaderboard is not None))
     seconds = time.time() - start
-    print(f"built {len(notebooks) + len(doc_paths()) + 1} pages in {out} in {seconds:.1f} s")
+    print(f"built {len(notebooks) + len(doc_paths()) + 1 + (leaderboard is not None)} pages in {out} in {seconds:.1f} s")
     return seconds
 
 
@@ -205,8 +223,9 @@ def main() -> None:
                                      description="Build the course as a static site (no network needed to view it).")
     parser.add_argument("--out", help="folder to write (default: site/ beside lessons/, or site/student/ with --student)")
     parser.add_argument("--student", action="store_true", help="the student-safe site: no solutions, no hunt answers")
+    parser.add_argument("--leaderboard", type=Path, help="a capstone leaderboard CSV to show as leaderboard.html")
     args = parser.parse_args()
-    build(Path(args.out or ROOT / "site" / ("student" if args.student else "")), args.student)
+    build(Path(args.out or ROOT / "site" / ("student" if args.student else "")), args.student, args.leaderboard)
 
 
 if __name__ == "__main__":

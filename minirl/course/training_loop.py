@@ -35,7 +35,7 @@ import torch
 from ..lm.sampling import completion_logits, completion_logprobs
 from ..train.pg import PGConfig, train_policy_gradient
 from ..train.training import frozen_reference, training_batches
-from .verdicts import NOT_DONE
+from .verdicts import NOT_DONE, emit
 
 __all__ = ["reinforce_loop", "PARTS", "STEP_TOLERANCE", "TARGET_RISE"]
 
@@ -251,14 +251,14 @@ def reinforce_loop(student_loop, base=None, task=None, tokenizer=None) -> None:
         check_steps(student_loop, after_two, base, task, tokenizer)
         check_training(student_loop, base, task, tokenizer)
     except NotImplementedError:
-        print(NOT_DONE.format(name=name))
+        emit(name, "not done", NOT_DONE.format(name=name))
         return
     except Mismatch as m:
-        print(f"FAIL {name}: {m.part}: {m}")
+        emit(name, "fail", f"FAIL {name}: {m.part}: {m}")
         return
     except Exception as e:  # a student's bug must not stop the notebook
-        print(f"FAIL {name}: the loop raised {type(e).__name__}: {e}")
+        emit(name, "fail", f"FAIL {name}: the loop raised {type(e).__name__}: {e}")
         return
-    print(f"PASS {name}: the first batch, its rewards, advantages and loss equal the reference's; the "
-          f"parameters within {STEP_TOLERANCE} times minirl's move after 1 and 2 steps; 12 steps raised "
-          f"the proxy reward by more than {TARGET_RISE}")
+    emit(name, "pass", f"PASS {name}: the first batch, its rewards, advantages and loss equal the reference's; "
+                       f"the parameters within {STEP_TOLERANCE} times minirl's move after 1 and 2 steps; 12 steps "
+                       f"raised the proxy reward by more than {TARGET_RISE}")

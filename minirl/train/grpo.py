@@ -54,7 +54,7 @@ LR_SCHEDULES = ("constant", "linear")
 CORRECTIONS = ("ppo_clip", "none") + corrections.CORRECTIONS
 
 
-@validate.known_options
+@validate.known_options(elsewhere=validate.TASK_SETTINGS)
 @dataclass
 class GRPOConfig:
     """Settings of `train_grpo`. Each step samples prompts_per_step x group_size completions.

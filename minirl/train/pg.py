@@ -47,7 +47,7 @@ __all__ = ["ESTIMATORS", "PGConfig", "estimate_advantages", "train_policy_gradie
 ESTIMATORS = ("total_return", "reward_to_go", "group_mean", "gae")
 
 
-@validate.known_options
+@validate.known_options(elsewhere=validate.TASK_SETTINGS)
 @dataclass
 class PGConfig:
     """Settings of `train_policy_gradient`. Each step samples prompts_per_step x group_size

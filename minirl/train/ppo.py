@@ -52,7 +52,7 @@ from .training import check_config, check_finite, check_inputs, frozen_reference
 __all__ = ["PPOConfig", "rlhf_rewards", "explained_variance", "PPO", "train_ppo"]
 
 
-@validate.known_options
+@validate.known_options(elsewhere=validate.TASK_SETTINGS)
 @dataclass
 class PPOConfig:
     """Settings of `train_ppo`. Each step samples prompts_per_step x group_size completions, then

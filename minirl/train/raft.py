@@ -35,7 +35,7 @@ from .training import check_inputs
 __all__ = ["RAFTConfig", "winner_tokens", "train_raft"]
 
 
-@validate.known_options
+@validate.known_options(elsewhere=validate.TASK_SETTINGS)
 @dataclass
 class RAFTConfig:
     """Settings of `train_raft`.
