@@ -20,7 +20,7 @@ list (tests/test_layout.py checks it):
   lm          the language model
                 tokenizer, model, sampling, multiturn, sequences, critic, reward_head, export, memory
   world       the tiny world
-                grammar, rewards, datasets, generate, tasks, evaluate, tools
+                grammar, rewards, datasets, generate, tasks, evaluate, tools, steps
   exact       the micro world, solved exactly
                 micro, mdp, imitation, irl, micro_dpo, micro_gail, group_updates, entropy,
                 reward_design, distillation, micro_env

@@ -158,7 +158,7 @@ def test_gradescope_results_follow_its_schema_and_score_each_kind_of_task(tmp_pa
     for results in (ada, bo):
         jsonschema.validate(results, GRADESCOPE_SCHEMA)
     assert [(t["score"], t["max_score"], t["status"]) for t in ada["tests"]] == [
-        (1.0, 1.0, "passed"), (0.0, 0.0, "passed"), (1.0, 1.0, "failed")]  # a prediction made earns its point
+        (1.0, 1.0, "passed"), (0.0, 0.0, "passed"), (1.0, 1.0, "passed")]  # a prediction made earns its point
     assert ada["score"] == 2.0 and bo["score"] == 0.0 and bo["tests"][2]["output"] == "missing"
     bad = dict(ada, tests=[dict(ada["tests"][0], status="ok")])  # the schema refuses what Gradescope would
     with pytest.raises(jsonschema.ValidationError):

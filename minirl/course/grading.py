@@ -364,8 +364,9 @@ def gradescope_results(student: str, columns: list[str], kinds: dict[str, str], 
     for column in columns:
         value, kind = table.get(student, {}).get(column, "missing"), kinds.get(column, "exercise")
         score = float(value == "pass" if kind == "exercise" else value in ("right", "wrong") if kind == "prediction" else 0)
+        earned = score == 1.0 or value in CREDIT  # a prediction made earns its point, right or wrong
         tests.append({"name": f"{column} ({kind})", "score": score, "max_score": 0.0 if kind == "written" else 1.0,
-                      "status": "passed" if value in CREDIT else "failed", "output": value})
+                      "status": "passed" if earned else "failed", "output": value})
     notes = "; ".join(f"{lesson}: {status}" for lesson, status in runs.get(student, {}).items())
     return {"score": sum(t["score"] for t in tests), "output": notes or "ran", "visibility": "visible",
             "stdout_visibility": "hidden", "tests": tests}

@@ -7,7 +7,8 @@
     tasks         RL tasks: prompts, per-token rewards, gold metrics
     evaluate      validity, truncation, pass@k, the base-model report
     tools         a calculator the model may call before it answers a sum
+    steps         sums of several numbers written step by step: every step labelled by the world
 """
-from . import datasets, evaluate, generate, grammar, rewards, tasks, tools
+from . import datasets, evaluate, generate, grammar, rewards, steps, tasks, tools
 
-__all__ = ["datasets", "evaluate", "generate", "grammar", "rewards", "tasks", "tools"]
+__all__ = ["datasets", "evaluate", "generate", "grammar", "rewards", "steps", "tasks", "tools"]
