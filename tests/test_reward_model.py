@@ -159,6 +159,7 @@ def test_shipped_reward_models_match_their_cards(name):
 
 
 @pytest.mark.slow
+@pytest.mark.minutes
 def test_retraining_on_all_pairs_reaches_the_ceiling_and_the_card():
     """The recorded recipe, re-run: expected accuracy within 0.03 of the ceiling, near the card's."""
     rm, _ = rmod.train_reward_model(datasets.load_preferences("train"), rmod.SHIPPED)

@@ -187,11 +187,13 @@ def test_only_a_multi_rank_abort_at_teardown_is_let_through_to_the_result_checks
 
 
 @pytest.mark.slow
+@pytest.mark.minutes
 def test_trl_grpo_one_process_raises_heldout_pass_at_1(tmp_path):
     check_trl_run(run_script([sys.executable], tmp_path), tmp_path, world_size=1)
 
 
 @pytest.mark.slow
+@pytest.mark.minutes
 def test_trl_grpo_two_ranks_with_torchrun(tmp_path):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
     done = run_script(torchrun, tmp_path, "--gradient_accumulation_steps", "1", "--expect_world_size", "2")

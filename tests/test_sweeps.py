@@ -83,6 +83,7 @@ def test_rlhf_csvs_cover_every_job():
 
 
 @pytest.mark.slow
+@pytest.mark.minutes
 @pytest.mark.parametrize("seed", [1, *(pytest.param(s, marks=pytest.mark.seeds) for s in range(2, 6))])
 def test_rlhf_pipeline_holds_on_more_seeds(seed):
     """Lesson 09 runs PPO against rm_all from the SFT model live with seed 0, evaluates the policy after
@@ -122,6 +123,7 @@ def test_rlhf_pipeline_holds_on_more_seeds(seed):
 
 
 @pytest.mark.slow
+@pytest.mark.minutes
 def test_retraining_the_weakest_reward_model_reproduces_its_column():
     """Lesson 10 reads, exactly and from rm_scores.csv, that the weakest reward model (rm_50_1) turns
     over by at least 0.3 inside the valid orders. This retrains it with the script: on the machine that
@@ -169,6 +171,7 @@ def test_dpo_csvs_cover_every_job():
 
 
 @pytest.mark.slow
+@pytest.mark.minutes
 @pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.seeds)])
 def test_dpo_holds_on_more_seeds(seed):
     """Lesson 11 runs DPO at beta = 1 from the SFT model live with seed 0 and asserts, over its last five
