@@ -582,3 +582,18 @@ def test_nested_lists_of_numbers_are_read_as_one_tensor(capsys, recwarn):
         h = beta * ((pc - rc) - (pr - rr))
         return [-torch.nn.functional.logsigmoid(h).mean(), beta * (pc - rc), beta * (pr - rr)]
     assert verdict(capsys, check.dpo_loss, dpo_here).startswith("PASS dpo_loss: 5 cases")  # a list of three
+
+
+def test_a_function_that_only_calls_minirls_own_is_named(capsys):
+    """A lambda around minirl's function, or a def that imports and calls it under another name, is
+    not the student's code: FAIL naming the package's function. The same code as the student's own
+    (own(...): minirl's code defined in the student's namespace) passes."""
+    wrapper = lambda n, c, k: pass_at_k(n, c, k)  # noqa: E731
+    out = verdict(capsys, check.pass_at_k, wrapper)
+    assert out.startswith("FAIL pass_at_k: your function calls the package's own minirl.world.evaluate.pass_at_k")
+
+    def renamed(logp, ref_logp):
+        from minirl.kl import kl_k3 as theirs
+        return theirs(logp, ref_logp)
+    assert "calls the package's own minirl.kl.kl_k3" in verdict(capsys, check.kl_k3, renamed)
+    assert verdict(capsys, check.pass_at_k, own(pass_at_k)).startswith("PASS pass_at_k")

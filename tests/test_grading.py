@@ -236,3 +236,17 @@ def test_a_real_lesson_graded_whole_passes_every_task(tmp_path):
     assert status == "ran"
     assert verdicts == {name: {"exercise": "pass", "prediction": "right", "written": "done"}[kind]
                         for name, kind in grading.expected_tasks("01_token_mdp").items()}
+
+
+def test_only_records_signed_with_the_graders_key_count():
+    """A record a student displays with the verdict's MIME type but without the key (a guessed or
+    copied signature) is not a verdict; the checker's own record, signed with the key, is."""
+    from minirl.course import verdicts
+    key, other = b"k" * 32, b"o" * 32
+
+    def output(name, outcome, signed_with):
+        record = {"name": name, "outcome": outcome, "signature": verdicts.signature(signed_with, name, outcome)}
+        return {"output_type": "display_data", "data": {verdicts.MIME: record}}
+    outputs = [output("pass_at_k", "pass", other), output("gae", "not done", key), output("gae", "pass", other),
+               {"output_type": "display_data", "data": {verdicts.MIME: {"name": "kl_k3", "outcome": "pass"}}}]
+    assert grading._signed(outputs, key) == {"gae": "not done"}

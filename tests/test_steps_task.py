@@ -144,6 +144,8 @@ def test_step_accuracy_counts_missing_and_extra_steps_against_it():
 def test_bad_input_is_refused_with_what_to_pass():
     with pytest.raises(ValueError, match="not a sum prompt"):
         steps.label_steps("q: 12+345= a:", " 357")
+    with pytest.raises(ValueError, match="without leading zeros"):
+        steps.steps_reward(["q: 05+3+1= a:"], [" 8 9"])  # arithmetic_reward scores its two-number kin 0
     with pytest.raises(ValueError, match="did you mean 'local'"):
         steps.label_steps(P3, " 46 51", mode="locl")
     with pytest.raises(ValueError, match="choose one of 3, 4"):
@@ -184,7 +186,8 @@ def test_the_task_rewards_the_outcome_at_the_last_token_and_reports_the_steps(te
     T = max(map(len, ids))
     tokens = torch.tensor([row + [0] * (T - len(row)) for row in ids])
     mask = torch.tensor([[1.0] * len(row) + [0.0] * (T - len(row)) for row in ids])
-    rollout = Rollout(prompt_tokens=torch.zeros(2, 1, dtype=torch.long), prompt_mask=torch.ones(2, 1), tokens=tokens, logprobs=torch.zeros(2, T), mask=mask, truncated=torch.zeros(2, dtype=torch.bool),
+    rollout = Rollout(prompt_tokens=torch.zeros(2, 1, dtype=torch.long), prompt_mask=torch.ones(2, 1), tokens=tokens,
+                      logprobs=torch.zeros(2, T), mask=mask, truncated=torch.zeros(2, dtype=torch.bool),
                       prompts=[prompt] * 2, texts=texts)
     r = task.token_rewards(rollout, enc)
     assert r.sum(dim=1).tolist() == [1.0, 0.0] and r[0, len(ids[0]) - 1] == 1.0

@@ -5,8 +5,8 @@
 The prompt adds `terms` numbers (3 or 4). The completion writes one partial sum per step, the
 last one the answer: step k is the sum of the first k + 1 numbers. The generator knows every
 partial sum, so each step's label comes for free and exactly. It keeps every partial sum at most
-99, so that each step adds two numbers of the size the base model learned to add (its corpus
-has no larger operand, and it gets no sum right whose first number is over 99).
+99, so that each step adds two numbers of the size the base model learned to add: its corpus
+has no larger operand, and it got none of 300 sums right whose first number was over 99.
 
 A step's label has two definitions (`LABELS`):
 
@@ -43,15 +43,15 @@ from .generate import SEED, stream
 from .tasks import Task, last_token_rewards
 
 __all__ = ["TERMS", "N_TRAIN", "N_TEST", "LABELS", "MAX_NEW_TOKENS", "step_prompt", "operands", "partial_sums",
-           "step_problems", "draw_operands", "step_values", "is_well_formed", "label_steps", "final_correct", "step_accuracy",
-           "steps_reward", "step_label_rewards", "steps_task"]
+           "step_problems", "draw_operands", "step_values", "is_well_formed", "label_steps", "final_correct",
+           "step_accuracy", "steps_reward", "step_label_rewards", "steps_task"]
 
 TERMS = (3, 4)
 N_TRAIN, N_TEST = 2000, 300  # distinct operand tuples per number of terms; test never meets train
 LABELS = ("from_start", "local")
 # Room for a three-digit number per step (one token per digit) and EOS; a right step has at most two digits.
 MAX_NEW_TOKENS = {terms: 3 * (terms - 1) + 1 for terms in TERMS}
-PROMPT = re.compile(r"q: ([0-9]{1,2}(?:\+[0-9]{1,2})+)= a:")
+PROMPT = re.compile(r"q: ((?:0|[1-9][0-9]?)(?:\+(?:0|[1-9][0-9]?))+)= a:")  # numbers 0 to 99, no leading zeros
 NUMBER = re.compile(r"0|[1-9][0-9]*")
 
 
@@ -64,7 +64,7 @@ def operands(prompt: str) -> tuple[int, ...]:
     """The numbers a prompt adds; a ValueError for a prompt that is not a sum like 'q: 12+34+5= a:'."""
     m = PROMPT.fullmatch(prompt) if isinstance(prompt, str) else None
     if m is None:
-        raise ValueError(f"{prompt!r} is not a sum prompt like 'q: 12+34+5= a:' (numbers 0 to 99 joined by '+')")
+        raise ValueError(f"{prompt!r} is not a sum prompt like 'q: 12+34+5= a:' (numbers 0 to 99, without leading zeros, joined by '+')")
     return tuple(int(x) for x in m[1].split("+"))
 
 
@@ -146,7 +146,8 @@ def steps_reward(prompts: list[str], completions: list[str], **kwargs) -> list[f
     return [1.0 if final_correct(p, c) else 0.0 for p, c in rewards.pairs(prompts, completions)]
 
 
-def step_label_rewards(prompts: list[str], completions: list[str], mode: str = "from_start", **kwargs) -> list[list[float]]:
+def step_label_rewards(prompts: list[str], completions: list[str], mode: str = "from_start",
+                       **kwargs) -> list[list[float]]:
     """The process reward: for each completion, 1.0 or 0.0 per written step (`label_steps`), a list
     per completion where the course's reward functions return one number."""
     return [[float(x) for x in label_steps(p, c, mode)] for p, c in rewards.pairs(prompts, completions)]
@@ -163,12 +164,10 @@ def steps_task(terms: int = 3) -> Task:
 
     def gold(rollout: Rollout) -> dict[str, float]:
         rows = list(zip(rollout.prompts, rollout.texts))
-        def mean(xs):
-            return sum(xs) / len(xs)
-        return {"correct": mean(steps_reward(rollout.prompts, rollout.texts)),
-                "well_formed": mean([is_well_formed(p, c) for p, c in rows]),
-                "step_accuracy": mean([step_accuracy(p, c, "from_start") for p, c in rows]),
-                "step_accuracy_local": mean([step_accuracy(p, c, "local") for p, c in rows])}
+        return {"correct": sum(final_correct(p, c) for p, c in rows) / len(rows),
+                "well_formed": sum(is_well_formed(p, c) for p, c in rows) / len(rows),
+                "step_accuracy": sum(step_accuracy(p, c, "from_start") for p, c in rows) / len(rows),
+                "step_accuracy_local": sum(step_accuracy(p, c, "local") for p, c in rows) / len(rows)}
 
     def prompts(split):
         return [r["prompt"] for r in step_problems(terms, split)]
