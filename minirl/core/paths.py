@@ -23,6 +23,7 @@ REBUILD_COMMANDS = {
     "checkpoints/rm_": "python -m minirl.train.reward_models",
     "checkpoints/sft": "python -m minirl.train.sft_model",
     "checkpoints/tool": "python -m minirl.train.tool_model",
+    "checkpoints/steps": "python -m minirl.train.steps_model",
     "checkpoints/capstone_baseline": "python -m minirl.course.capstone baseline",
     "checkpoints/": "python -m minirl.train.pretrain",
     "": "python -m minirl.world",

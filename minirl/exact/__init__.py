@@ -12,9 +12,11 @@ gradient and optimum is a finite sum.
     reward_design  a format bonus, two rewards combined, a random reward, under group normalization
     distillation  on-policy distillation, SFT on a teacher's samples and RL: expected updates and noise
     micro_env     an environment's turn: its tokens are transitions, not actions; the as-if gradient's bias
+    process       process against outcome supervision on a world of checkable steps: each estimator's bias and variance
+    expert_iteration  one round of expert iteration is a policy-gradient step with a 0/1 advantage, against GRPO
 """
-from . import (distillation, entropy, group_updates, imitation, irl, mdp, micro, micro_dpo, micro_env, micro_gail,
-               reward_design)
+from . import (distillation, entropy, expert_iteration, group_updates, imitation, irl, mdp, micro, micro_dpo, micro_env,
+               micro_gail, process, reward_design)
 
-__all__ = ["distillation", "entropy", "group_updates", "imitation", "irl", "mdp", "micro", "micro_dpo", "micro_env",
-           "micro_gail", "reward_design"]
+__all__ = ["distillation", "entropy", "expert_iteration", "group_updates", "imitation", "irl", "mdp", "micro",
+           "micro_dpo", "micro_env", "micro_gail", "process", "reward_design"]

@@ -15,17 +15,21 @@ whose mean score is E[c f] / p_x = grad p_x / p_x, and P(K_x >= 1) = 1 - (1 - p_
 on the kept samples is a policy-gradient step with a 0/1 advantage and no baseline, rescaled per
 prompt: by 1 at N = 1 (exactly REINFORCE), towards 1 / p_x as N grows, where it ascends
 sum_x log p_x (a hard prompt weighs 1/p_x more, as in maximum likelihood of success) instead of
-sum_x p_x. 'pooled' weights prompt x by K_x / sum K, in expectation about p_x / sum p.
+sum_x p_x. 'pooled' weights prompt x's mean score grad p_x / p_x by K_x / sum K, about p_x / sum p,
+so its update is close to grad J times one constant for the batch (exactly: `round_moments`).
 
 For the batch, 'samples' and 'kept' average the prompts: g = (1/P) sum_x g_x, the convention of
 `minirl.exact.group_updates` (whose sequence_sum divides by the 2G completions of the batch), so
-GRPO's update on the same 0/1 reward (`compare`) is measured on the same footing. Deviations: a
-sequence's log-likelihood, not the per-token mean an SFT loss usually takes (a length weighting on
-top of the above); one SFT step, where expert iteration fine-tunes for several.
+GRPO's update on the same 0/1 reward (`compare`) is measured on the same footing. Measured at
+random logits (torch.randn, seed 0; J = 0.077), the noise in units of the signal (relative_variance)
+at N = 2, 4, 8: 'kept' 7.1, 3.5, 1.8; GRPO 7.5, 2.8, 1.2, with a bias_share of 0.17 from its
+per-completion length mean; GRPO with the sequences summed 10.2, 3.7, 1.6. Where success is rare a
+baseline removes little, so expert iteration is about as noisy as GRPO. Deviations: a sequence's
+log-likelihood, not the per-token mean an SFT loss usually takes (a length weighting on top of the
+above); one SFT step from the current policy, where STaR fine-tunes for many from the base model.
 """
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable
 
@@ -73,17 +77,22 @@ def kept_scale(p: float, n: int) -> float:
     return float(n) if p == 0 else (1 - (1 - p) ** n) / p
 
 
-def _prompt_parts(mdp: MicroMDP, logits: torch.Tensor, prompt: str, verifier: Callable):
-    """p_x, m_x = E[f | accepted] (D,), v_x = E[|f - m_x|^2 | accepted], by enumeration."""
-    probs = mdp.completion_probs(logits.detach().double(), prompt)
-    c = _verdicts(mdp, prompt, verifier)
-    f = torch.stack([mdp.score(logits.detach().double(), prompt, t).flatten() for t in mdp.completions])
-    p = float(probs @ c)
-    if p == 0:
-        return 0.0, torch.zeros(f.size(1), dtype=torch.float64), 0.0
-    m = (probs * c) @ f / p
-    v = float((probs * c) @ (f * f).sum(1)) / p - float(m @ m)
-    return p, m, v
+def _prompt_parts(mdp: MicroMDP, logits: torch.Tensor, verifier: Callable) -> list[tuple[float, torch.Tensor, float]]:
+    """For each prompt: p_x, m_x = E[f | accepted] (D,) and v_x = E[|f - m_x|^2 | accepted], by enumeration."""
+    logits = logits.detach().double()
+    f = mdp.weighted_scores(logits, mdp.table.mask).flatten(1)  # (N, D): grad log pi(tau) of every episode
+    probs = mdp.episode_log_probs(logits).exp()
+    parts = []
+    for i, prompt in enumerate(mdp.prompts):
+        rows = mdp.table.prompt == i  # the prompt's completions, in the order of mdp.completions
+        c = _verdicts(mdp, prompt, verifier)
+        p = float(probs[rows] @ c)
+        if p == 0:
+            parts.append((0.0, torch.zeros(f.size(1), dtype=torch.float64), 0.0))
+            continue
+        m = (probs[rows] * c) @ f[rows] / p
+        parts.append((p, m, float((probs[rows] * c) @ (f[rows] * f[rows]).sum(1)) / p - float(m @ m)))
+    return parts
 
 
 def _binomial(n: int, p: float) -> list[float]:
@@ -97,7 +106,7 @@ def round_moments(mdp: MicroMDP, logits: torch.Tensor, n: int, normalization: st
     mdp.check_logits(logits)
     validate.integer("n", n)
     validate.choice("normalization", normalization, NORMALIZATIONS)
-    parts = [_prompt_parts(mdp, logits, x, verifier) for x in mdp.prompts]
+    parts = _prompt_parts(mdp, logits, verifier)
     P = len(parts)
     if normalization == "pooled":
         return _pooled(parts, n, mdp.shape)
@@ -119,19 +128,16 @@ def round_moments(mdp: MicroMDP, logits: torch.Tensor, n: int, normalization: st
 def _pooled(parts, n: int, shape) -> Moments:
     """One mean over all the kept samples of the batch: given the counts (k_x), E[g] = sum_x k_x m_x / T and
     E|g|^2 = (|sum_x k_x m_x|^2 + sum_x k_x v_x) / T^2, T = sum_x k_x (g = 0 when T = 0)."""
-    laws = [_binomial(n, p) for p, _, _ in parts]
-    mean, second = 0.0, 0.0
-    for counts in itertools.product(range(n + 1), repeat=len(parts)):
-        total = sum(counts)
-        if total == 0:
-            continue
-        w = math.prod(law[k] for law, k in zip(laws, counts))
-        u = sum(k * m for k, (_, m, _) in zip(counts, parts)) / total
-        mean = mean + w * u
-        second += w * (float(u @ u) + sum(k * v for k, (_, _, v) in zip(counts, parts)) / total ** 2)
-    mean = torch.as_tensor(mean, dtype=torch.float64)
-    return Moments(mean.view(shape) if mean.dim() else torch.zeros(shape, dtype=torch.float64),
-                   second - float((mean * mean).sum()))
+    laws = torch.tensor([_binomial(n, p) for p, _, _ in parts], dtype=torch.float64)  # (P, n + 1)
+    counts = torch.cartesian_prod(*[torch.arange(n + 1)] * len(parts)).view(-1, len(parts))  # every (k_x), (C, P)
+    w = laws.gather(1, counts.T).prod(0)  # (C,) the probability of each
+    total = counts.sum(1, dtype=torch.float64).clamp(min=1)  # T = 0 only where every k_x = 0, and then g = 0
+    k = counts.double()
+    u = k @ torch.stack([m for _, m, _ in parts]) / total[:, None]  # (C, D) E[g | counts]
+    v = torch.tensor([v for _, _, v in parts], dtype=torch.float64)
+    mean = w @ u
+    second = float(w @ ((u * u).sum(1) + k @ v / total ** 2))
+    return Moments(mean.view(shape), second - float(mean @ mean))
 
 
 def compare(mdp: MicroMDP, logits: torch.Tensor, n: int, verifier: Callable = accepted) -> dict[str, dict[str, float]]:

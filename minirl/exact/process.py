@@ -23,26 +23,34 @@ one episode of each prompt, with per-step weights w_t (`weights`):
                        Q_mu(s, a) = P(right answer | s, a, then the completer mu writes the rest),
                        computed exactly instead of from N rollouts, minus the same label of the state
 
-Process supervision as Lightman et al. (2023) train it learns a PRM from human step labels; here the
-labels are the world's own (exact, or a `lenient_labels` PRM that marks a slip right), and they enter
-the policy gradient directly, as the reward of the step. Their facts, shown exactly (`moments`,
-against grad J, J = P(right answer)):
+Lightman et al. (2023) train a process reward model (PRM) on human labels of each step and use it to
+rerank; Math-Shepherd labels each step by rollouts, trains a PRM on those labels, and uses it to
+rerank and as the step reward of PPO.
+Here the labels are the world's own (exact, or a `lenient_labels` PRM that marks a slip right) and
+enter the policy gradient as each step's reward. What `moments` shows, exactly, against grad J with
+J = P(right answer):
 
   * outcome and outcome_baseline are unbiased (the policy-gradient theorem, and the baseline lemma).
-  * value_labels with mu = the current policy is Q - V, the advantage: unbiased. It has lower
-    variance than outcome_baseline on every tabular world of this kind: the states of a prefix tree
-    differ from step to step, so |g|^2 = sum_t w_t^2 |grad log pi(a_t | s_t)|^2, and
-    E[(R - V)^2 | s_t, a_t] = (Q - V)^2 + Var(R | s_t, a_t).
+  * value_labels with mu = the current policy is Q - V, the advantage: unbiased, and quieter than
+    outcome_baseline on every world of this kind: a prefix tree's states differ from step to step,
+    so |g|^2 = sum_t w_t^2 |grad log pi(a_t | s_t)|^2, and E[(R - V)^2 | s_t, a_t] = (Q - V)^2 +
+    Var(R | s_t, a_t). Not always quieter than outcome without a baseline: V is not the best
+    baseline for a 0/1 outcome (the tests hold a case).
   * with a fixed completer mu (Math-Shepherd labels once, with another model), the update is the
     gradient of sum_s d(s) sum_a pi(a | s) Q_mu(s, a) with the visitation d held fixed
     (`frozen_visitation_objective`): biased once the policy is not the completer.
   * step_labels_to_go is the policy gradient of another objective, E[sum_t l_t] the expected number
     of right steps (`label_objective`); step_labels ascends sum_s d(s) sum_a pi(a | s) l(s, a) with d
-    held fixed. After a mistake the label credits carrying it on, the outcome credits cancelling it,
-    so on those states (`after_mistake`) the two updates point apart.
+    held fixed. After a mistake the label credits carrying it on, the outcome credits cancelling it:
+    on those states (`after_mistake`) the two updates point apart (cosine below -0.5 on the three
+    WORLDS at policies that lean towards the right step, `compare`'s cosine_after_mistake).
+  * a PRM that marks a slip right scores the policy that always slips first, then steps rightly, as
+    high as the perfect one (every step marked right), and that policy never answers rightly.
 
 Deviations from the papers: the labels are exact (no human labeller, no learned PRM, no finite
-rollouts); the label enters the update as the step's reward, not through a best-of-N reranker.
+rollouts; Math-Shepherd's soft label only, not its hard one, "does any rollout reach the answer");
+a label enters the update directly as its step's weight, with no critic, and value_labels subtract
+the state's own label V_mu(s) as a baseline, where Math-Shepherd's PPO learns one.
 """
 from __future__ import annotations
 
@@ -71,6 +79,8 @@ class StepWorld:
         if isinstance(digits, (str, bytes)) or not isinstance(digits, Sequence) or not digits:
             raise TypeError(f"digits must be a list of prompts, each a tuple of digits, e.g. ((1, 2, 1), (2, 2, 0)); "
                             f"got {digits!r}")
+        if any(isinstance(p, (str, bytes)) or not isinstance(p, Sequence) for p in digits):
+            raise TypeError(f"each prompt is a tuple of digits, e.g. ((1, 2, 1), (2, 2, 0)); got {digits!r}")
         self.prompts = tuple(tuple(validate.integer("a digit", d, minimum=0) for d in p) for p in digits)
         self.steps = len(self.prompts[0])
         if self.steps == 0 or any(len(p) != self.steps for p in self.prompts):
@@ -108,6 +118,7 @@ class StepWorld:
         return len(self.states), self.modulus
 
     def check_logits(self, name: str, logits: torch.Tensor) -> None:
+        """A tabular policy: a float tensor of shape (n_states, M)."""
         check_float(name, logits)
         if tuple(logits.shape) != self.shape:
             raise ValueError(f"{name}: a tabular policy's logits have shape {self.shape} (states x tokens), "
@@ -115,7 +126,9 @@ class StepWorld:
 
     def check_table(self, name: str, table: torch.Tensor) -> None:
         """A per-(state, token) table, such as step labels: finite floats of shape (n_states, M)."""
-        self.check_logits(name, table)
+        check_float(name, table)
+        if tuple(table.shape) != self.shape:
+            raise ValueError(f"{name}: a table over (state, token) has shape {self.shape}, got {tuple(table.shape)}")
         if not bool(torch.isfinite(table).all()):
             raise ValueError(f"{name} must be finite everywhere")
 
@@ -130,8 +143,9 @@ class StepWorld:
         (mod M) is marked right at the steps named (0-based; None: every step). (n_states, M)."""
         validate.integer("slip", slip, minimum=1)
         if slip % self.modulus == 0:
-            raise ValueError(f"a slip of {slip} is no mistake modulo {self.modulus}; pick one in 1 ... {self.modulus - 1}")
-        steps = range(self.steps) if steps is None else steps
+            raise ValueError(f"a slip of {slip} is no mistake modulo {self.modulus}; "
+                             f"pick one in 1 ... {self.modulus - 1}")
+        steps = tuple(range(self.steps) if steps is None else steps)
         for t in steps:
             validate.integer("a step", t, minimum=0)
             if t >= self.steps:
@@ -184,7 +198,8 @@ class StepWorld:
 
     # ------------------------------------------------------------ sampling
     def sample(self, logits: torch.Tensor, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        """(n,) the rows of n sampled episodes in the world's table: a uniform prompt, then each token from pi."""
+        """(n,) n sampled episodes as their rows in the world's tables (`prompt`, `actions`, `state`, `outcome`):
+        a uniform prompt, then each token from pi."""
         self.check_logits("logits", logits)
         validate.integer("n", n, minimum=0)
         validate.generator_type(generator)
@@ -199,8 +214,8 @@ class StepWorld:
         return row
 
 
-# the worlds the comparisons are made on: three sums mod 3, two sums mod 4, four sums mod 2 (where
-# every mistake is the same slip, so any two mistakes cancel)
+# the worlds the comparisons are made on; in "four sums mod 2" every mistake is the same slip, so any
+# two mistakes cancel
 WORLDS = {  # name: (digits, modulus), for StepWorld(*WORLDS[name])
     "three sums mod 3": (((1, 2, 1), (2, 2, 0)), 3),
     "two sums mod 4": (((1, 3), (2, 1)), 4),
@@ -244,7 +259,8 @@ def moments(world: StepWorld, logits: torch.Tensor, estimator: str, labels: torc
     pi = torch.softmax(logits.detach().double(), -1)
     n, steps = w.shape
     row = torch.arange(n)[:, None].expand(n, steps)
-    hits = torch.zeros(n, *world.shape, dtype=torch.float64).index_put_((row, world.state, world.actions), w, accumulate=True)
+    hits = torch.zeros(n, *world.shape, dtype=torch.float64).index_put_((row, world.state, world.actions), w,
+                                                                         accumulate=True)
     visits = torch.zeros(n, len(world.states), dtype=torch.float64).index_put_((row, world.state), w, accumulate=True)
     f = (hits - visits[..., None] * pi).flatten(1)  # (N, D): onehot(a_t) - pi(. | s_t) on row s_t, weighted
     prob = world.episode_probs(logits.detach().double())

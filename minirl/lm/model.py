@@ -226,7 +226,8 @@ class GPT(nn.Module):
 
 
 # ---------------------------------------------------------------- checkpoints
-CHECKPOINTS = {"base": "checkpoints/base.pt", "sft": "checkpoints/sft.pt", "tool": "checkpoints/tool.pt"}
+CHECKPOINTS = {"base": "checkpoints/base.pt", "sft": "checkpoints/sft.pt", "tool": "checkpoints/tool.pt",
+               "steps": "checkpoints/steps.pt"}
 
 
 def save_checkpoint(model: GPT, path) -> None:

@@ -21,6 +21,7 @@ Each trainer's home is its module; the trainers and their configs are also here,
     reward_models     trains the shipped reward models (python -m minirl.train.reward_models)
     sft_model         trains the shipped SFT model (python -m minirl.train.sft_model)
     tool_model        trains the shipped tool model, which calls the calculator (python -m minirl.train.tool_model)
+    steps_model       trains the shipped steps model, which writes sums step by step (python -m minirl.train.steps_model)
 """
 from . import best_of_n, dpo, gail, grpo, overoptimization, pg, ppo, raft, reward_model, rlhf, sft, training
 from .best_of_n import BestOfN
