@@ -55,7 +55,7 @@ from ..world.generate import arithmetic_prompt
 __all__ = ["KL_BUDGET", "SAMPLE_BUDGET", "STEP_BUDGET", "TEST_PROMPTS", "SAMPLES_PER_PROMPT", "EVAL_SEED", "BASELINE", "BASELINE_NAME",
            "BASELINE_CONFIG", "COLUMNS", "public_prompts", "candidate_pairs", "testset", "write_testset",
            "read_testset", "grpo_cost", "save", "load_submission", "card_problems", "read_card", "evaluate_policy",
-           "submission_row", "rank", "leaderboard", "write_leaderboard", "read_leaderboard", "leaderboard_html",
+           "submission_row", "measured_row", "rank", "leaderboard", "write_leaderboard", "read_leaderboard", "leaderboard_html",
            "train_baseline", "main"]
 
 KL_BUDGET = 1.0            # nats per completion, KL(policy || base) on the test prompts
@@ -217,18 +217,28 @@ def submission_row(folder: Path, base: GPT, prompts: list[str]) -> dict:
     """One student's row: the measured pass@1 and KL where the checkpoint loads and samples, the
     card's counts, and a status: 'within budget' or every reason the row is not ranked."""
     card, problems = read_card(folder)
-    row = {"student": folder.name, "baseline": "no", "method": str((card or {}).get("method", "")),
-           **{k: (card or {}).get(k, "") for k in ("samples", "optimizer_steps")}}
     if not (folder / "model.pt").is_file():
-        problems.append("no model.pt")
+        return {**_card_fields(folder.name, card, "no"), "status": "; ".join(problems + ["no model.pt"])}
+    return measured_row(folder.name, folder / "model.pt", card, problems, base, prompts)
+
+
+def _card_fields(student: str, card: dict | None, baseline: str) -> dict:
+    return {"student": student, "baseline": baseline, "method": str((card or {}).get("method", "")),
+            **{k: (card or {}).get(k, "") for k in ("samples", "optimizer_steps")}}
+
+
+def measured_row(student: str, model_path: Path, card: dict | None, problems: list[str], base: GPT,
+                 prompts: list[str], baseline: str = "no") -> dict:
+    """A row with the checkpoint's measured pass@1 and KL (where it loads and samples) and its
+    status: 'within budget', or every reason it is not ranked (the card's `problems`, the KL budget)."""
+    row = _card_fields(student, card, baseline)
+    try:
+        row.update(evaluate_policy(load_submission(model_path, base), base, prompts))
+    except (ValueError, RuntimeError, FloatingPointError) as e:  # refused, or diverged: non-finite logits
+        problems = problems + [str(e).split("\n")[0]]
     else:
-        try:
-            row.update(evaluate_policy(load_submission(folder / "model.pt", base), base, prompts))
-        except (ValueError, RuntimeError, FloatingPointError) as e:  # refused, or diverged: non-finite logits
-            problems.append(str(e).split("\n")[0])
-        else:
-            if row["kl"] > KL_BUDGET:
-                problems.insert(0, f"over the KL budget ({row['kl']:.2f} > {KL_BUDGET} nats)")
+        if row["kl"] > KL_BUDGET:
+            problems = [f"over the KL budget ({row['kl']:.2f} > {KL_BUDGET} nats)"] + problems
     return {**row, "status": "; ".join(problems) or "within budget"}
 
 
@@ -254,12 +264,8 @@ def leaderboard(folder: Path, testset_path: Path) -> list[dict]:
         rows.append(submission_row(student, base, prompts))
         print(f"{student.name}: {rows[-1]['status']}", flush=True)
     card = json.loads(paths.verified_path(BASELINE.replace(".pt", ".json")).read_text())
-    baseline = load_submission(paths.verified_path(BASELINE), base)
-    rows.append({"student": BASELINE_NAME, "method": card["method"], "samples": card["samples"],
-                 "optimizer_steps": card["optimizer_steps"], "baseline": "yes", **evaluate_policy(baseline, base, prompts)})
-    problems = card_problems(card) + ([f"over the KL budget ({rows[-1]['kl']:.2f} > {KL_BUDGET} nats)"]
-                                      if rows[-1]["kl"] > KL_BUDGET else [])
-    rows[-1]["status"] = "; ".join(problems) or "within budget"
+    rows.append(measured_row(BASELINE_NAME, paths.verified_path(BASELINE), card, card_problems(card), base, prompts,
+                             baseline="yes"))
     for row in rows:
         row["test_prompts"] = len(prompts)
     return rank(rows)

@@ -24,7 +24,6 @@ each step, left to improve.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import platform
 import time
@@ -87,10 +86,11 @@ def step_demos(seed: int) -> list[dict]:
     """The demonstrations {'prompt', 'completion'}: CHAINS for every training prompt of 3 and 4
     numbers, each step the base model's own sample asked alone (`chain_steps`)."""
     base, generator, demos = load_model("base"), torch.Generator().manual_seed(seed), []
-    for terms, _ in itertools.product(steps.TERMS, range(CHAINS)):
+    for terms in steps.TERMS:
         problems = steps.step_problems(terms, "train")
-        completions = chain_steps(base, problems, generator)
-        demos += [{"prompt": p["prompt"], "completion": c} for p, c in zip(problems, completions)]
+        for _ in range(CHAINS):
+            completions = chain_steps(base, problems, generator)
+            demos += [{"prompt": p["prompt"], "completion": c} for p, c in zip(problems, completions)]
     return demos
 
 
