@@ -18,15 +18,15 @@ list (tests/test_layout.py checks it):
                 validate, paths, figures, notebook, claims, tables, ops, kl, advantages, corrections, losses,
                 preferences, compare
   lm          the language model
-                tokenizer, model, sampling, multiturn, sequences, critic, reward_head, export, memory
+                tokenizer, model, sampling, multiturn, sequences, critic, reward_head, process_head, export, memory
   world       the tiny world
                 grammar, rewards, datasets, generate, tasks, evaluate, tools, steps
   exact       the micro world, solved exactly
                 micro, mdp, imitation, irl, micro_dpo, micro_gail, group_updates, entropy,
                 reward_design, distillation, micro_env, process, expert_iteration
   train       the trainers and lessons 09 and 10's measurements
-                training, pg, ppo, grpo, sft, reward_model, dpo, best_of_n, raft, gail, rlhf,
-                overoptimization; commands pretrain, reward_models, sft_model, tool_model, steps_model
+                training, pg, ppo, grpo, sft, reward_model, dpo, best_of_n, raft, expert_iteration,
+                prm, process_rewards, gail, rlhf, overoptimization; commands pretrain, reward_models, sft_model, tool_model, steps_model
   course      exercise checkers, the write-the-loop checker (course.training_loop), their verdicts, predictions, a lesson's size,
               where a lesson finds its recorded sweeps (course.sweeps);
               the instructor's commands (course.commands, course.grading, course.site, course.capstone) and written answers (course.written)

@@ -22,10 +22,12 @@ from minirl.lm.model import GPTConfig
 from minirl.lm.sequences import check_leading_space
 from minirl.train import dpo, gail, reward_model, sft
 from minirl.train.dpo import DPOConfig
+from minirl.train.expert_iteration import ExpertIterationConfig
 from minirl.train.gail import GAILConfig
 from minirl.train.grpo import GRPOConfig
 from minirl.train.pg import PGConfig
 from minirl.train.ppo import PPOConfig
+from minirl.train.prm import PRMConfig
 from minirl.train.raft import RAFTConfig
 from minirl.train.reward_model import RMConfig
 from minirl.train.sft import SFTConfig
@@ -34,7 +36,8 @@ from minirl.world import datasets
 PACKAGE = pathlib.Path(minirl.__file__).parent
 MODULES = sorted(f"{p.parent.name}.{p.stem}" for p in PACKAGE.glob("*/*.py") if p.stem not in ("__init__", "__main__"))
 COMMANDS = ("train.pretrain", "train.reward_models", "train.sft_model", "train.tool_model", "train.steps_model", "course.commands", "course.site", "course.written", "course.capstone", "course.grading")  # not loaded by `import minirl`
-CONFIGS = (GRPOConfig, PPOConfig, PGConfig, DPOConfig, RMConfig, SFTConfig, RAFTConfig, GAILConfig, GPTConfig)
+CONFIGS = (GRPOConfig, PPOConfig, PGConfig, DPOConfig, RMConfig, SFTConfig, RAFTConfig, GAILConfig, GPTConfig, PRMConfig,
+           ExpertIterationConfig)
 
 
 # ---------------------------------------------------------------- the package's help

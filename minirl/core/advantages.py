@@ -15,7 +15,8 @@ import torch
 from . import validate
 from .ops import check_float, check_mask, zero_padding
 
-__all__ = ["reward_to_go", "turn_returns", "gae", "prompt_mean_baseline", "group_normalize", "leave_one_out"]
+__all__ = ["reward_to_go", "turn_returns", "gae", "prompt_mean_baseline", "group_normalize", "leave_one_out",
+           "process_advantages"]
 
 
 def _check(rewards: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float = 1.0) -> torch.Tensor:
@@ -152,3 +153,28 @@ def leave_one_out(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     g = _groups(rewards, group_size)
     others = (g.sum(dim=1, keepdim=True) - g) / (group_size - 1)
     return (g - others).reshape(-1)
+
+
+def process_advantages(rewards: torch.Tensor, ends: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
+    """GRPO with process supervision (Shao et al., 2024, section 4.1.3): rewards (B, T) hold each
+    step's reward on the step's last token, where ends (B, T) is True. Each step reward is
+    normalized by the mean and (sample) std of every step reward in its group (the group_size
+    completions of a prompt, consecutive rows); a token's advantage is the sum of the normalized
+    rewards of its completion's steps that end at or after it. (B, T) -> (B, T); 0 after a row's
+    last step, and on every token of a group with fewer than two steps or all step rewards equal.
+    """
+    check_float("rewards", rewards)
+    if rewards.dim() != 2 or ends.shape != rewards.shape or ends.dtype != torch.bool:
+        raise ValueError(f"rewards must be (B, T) and ends a bool tensor of the same shape, got {tuple(rewards.shape)} "
+                         f"and {tuple(ends.shape)} {ends.dtype}")
+    validate.number("eps", eps, 0.0, open_low=True)
+    _groups(rewards[:, 0], group_size)  # checks the grouping
+    if not bool(torch.isfinite(rewards[ends]).all()):
+        raise ValueError("a step reward is NaN or inf; its group's advantages would all turn NaN")
+    B, T = rewards.shape
+    r, e = rewards.reshape(-1, group_size * T), ends.reshape(-1, group_size * T).to(rewards.dtype)  # (B/G, G*T)
+    n = e.sum(dim=1, keepdim=True)  # steps per group
+    mean = (r * e).sum(dim=1, keepdim=True) / n.clamp(min=1)
+    std = (((r - mean) * e) ** 2).sum(dim=1, keepdim=True).div((n - 1).clamp(min=1)).sqrt()
+    normalized = torch.where(n > 1, (r - mean) / (std + eps), torch.zeros_like(r)) * e  # (B/G, G*T)
+    return normalized.reshape(B, T).flip(1).cumsum(1).flip(1)  # the steps at or after each token

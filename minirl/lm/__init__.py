@@ -1,5 +1,5 @@
 """The language model: the tokenizer, the tiny GPT, sampling, (prompt, response) sequences, the
-value and reward heads, export to Hugging Face, and what training it costs in memory.
+value, reward and process heads, export to Hugging Face, and what training it costs in memory.
 
     tokenizer     byte-level BPE, loaded into tiktoken
     model         the tiny GPT, laid out like GPT-2, with a KV cache
@@ -8,9 +8,10 @@ value and reward heads, export to Hugging Face, and what training it costs in me
     sequences     (prompt, response) sequences: tokenize, pad, mask, batch, log pi(response | prompt)
     critic        the value head
     reward_head   the reward head, and the shipped reward models
+    process_head  the process reward model: a probability per step, read at each step's separator
     export        to Hugging Face's GPT-2 classes and a fast tokenizer, for TRL
     memory        training memory by model size and precision
 """
-from . import critic, export, memory, model, multiturn, reward_head, sampling, sequences, tokenizer
+from . import critic, export, memory, model, multiturn, process_head, reward_head, sampling, sequences, tokenizer
 
-__all__ = ["critic", "export", "memory", "model", "multiturn", "reward_head", "sampling", "sequences", "tokenizer"]
+__all__ = ["critic", "export", "memory", "model", "multiturn", "process_head", "reward_head", "sampling", "sequences", "tokenizer"]

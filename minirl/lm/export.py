@@ -1,5 +1,6 @@
 """Export to Hugging Face, for students moving on to TRL: the policy as `GPT2LMHeadModel`, a reward
-model as `GPT2ForSequenceClassification`, a critic as `GPT2ForTokenClassification`, the tokenizer as
+model as `GPT2ForSequenceClassification`, a critic and a process reward model as
+`GPT2ForTokenClassification`, the tokenizer as
 a fast tokenizer, and `save` writing them to one folder that `from_pretrained` loads offline.
 
 Our layout is GPT-2's, so the model export is a rename plus a transpose: GPT-2 stores its linear
@@ -10,14 +11,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from .critic import ValueHead
 from .model import GPT
+from .process_head import ProcessRewardModel
 from .reward_head import RewardModel, check_pad_id, check_reward_model
 from .sampling import positions_from_mask
 from .tokenizer import EOS, PAD, SPECIAL_TOKENS, load_ranks, load_tokenizer
 
 __all__ = ["PLAIN_CHAT_TEMPLATE", "CONV1D", "hf_state_dict", "course_special_ids", "hf_config", "to_hf_gpt2",
-           "use_mask_positions", "load_weights", "to_hf_reward_model", "to_hf_critic", "to_hf_tokenizer", "save"]
+           "use_mask_positions", "load_weights", "to_hf_reward_model", "to_hf_critic", "to_hf_prm", "to_hf_tokenizer", "save"]
 
 # the messages' contents, concatenated, nothing added (no roles, no generation prompt)
 PLAIN_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
@@ -131,6 +135,23 @@ def to_hf_critic(trunk: GPT, head: ValueHead):
     state = {k: v for k, v in hf_state_dict(trunk).items() if k.startswith("transformer.")}
     return load_weights(GPT2ForTokenClassification(config), {
         **state, "classifier.weight": head.v.weight.detach(), "classifier.bias": head.v.bias.detach()})
+
+
+def to_hf_prm(prm: ProcessRewardModel):
+    """A `transformers.GPT2ForTokenClassification` with two labels (wrong, right), the model TRL's
+    process reward models were: its logits at each position are (0, z), z the PRM's logit, so its
+    softmax gives the PRM's sigmoid(z) to 'right' and its cross-entropy on a 0/1 label is the PRM's
+    binary one. Read it at the separators, as `minirl.lm.process_head` says."""
+    from transformers import GPT2ForTokenClassification
+
+    if not isinstance(prm, ProcessRewardModel):
+        raise TypeError(f"prm must be a minirl ProcessRewardModel, got {type(prm).__name__}")
+    config = hf_config(prm.transformer)
+    config.num_labels = 2
+    state = {k: v for k, v in hf_state_dict(prm.transformer).items() if k.startswith("transformer.")}
+    w, b = prm.score.weight.detach(), prm.score.bias.detach()  # (1, C), (1,)
+    return load_weights(GPT2ForTokenClassification(config), {
+        **state, "classifier.weight": torch.cat([torch.zeros_like(w), w]), "classifier.bias": torch.cat([torch.zeros_like(b), b])})
 
 
 def to_hf_tokenizer():

@@ -12,6 +12,9 @@ Each trainer's home is its module; the trainers and their configs are also here,
     dpo               DPO, IPO and SimPO (DPOConfig, train_dpo)
     best_of_n         best-of-N sampling, its exact distribution and KL (best_of_n)
     raft              reward-ranked fine-tuning (RAFTConfig, train_raft)
+    expert_iteration  expert iteration: keep what the verifier accepts, fine-tune (ExpertIterationConfig, train_expert_iteration)
+    prm               process reward models: exact and Monte Carlo step labels, the loss, aggregations (PRMConfig, train_prm)
+    process_rewards   a process or outcome reward model as RL's reward on the steps task
     gail              GAIL and AIRL on the plans world (GAILConfig, train_gail)
     rlhf              lessons 09 and 10's measurements on the orders world
     overoptimization  exact over-optimization curves, Gao et al.'s forms
@@ -23,19 +26,23 @@ Each trainer's home is its module; the trainers and their configs are also here,
     tool_model        trains the shipped tool model, which calls the calculator (python -m minirl.train.tool_model)
     steps_model       trains the shipped steps model, which writes sums step by step (python -m minirl.train.steps_model)
 """
-from . import best_of_n, dpo, gail, grpo, overoptimization, pg, ppo, raft, reward_model, rlhf, sft, training
+from . import (best_of_n, dpo, expert_iteration, gail, grpo, overoptimization, pg, ppo, prm, process_rewards, raft,
+               reward_model, rlhf, sft, training)
 from .best_of_n import BestOfN
 from .dpo import DPOConfig, train_dpo
+from .expert_iteration import ExpertIterationConfig, train_expert_iteration
 from .gail import GAILConfig, train_gail
 from .grpo import GRPOConfig, train_grpo
 from .pg import PGConfig, train_policy_gradient
 from .ppo import PPOConfig, train_ppo
+from .prm import PRMConfig, train_prm
 from .raft import RAFTConfig, train_raft
 from .reward_model import RMConfig, train_on_scores, train_reward_model
 from .sft import SFTConfig, train_sft
 
-__all__ = ["BestOfN", "DPOConfig", "GAILConfig", "GRPOConfig", "PGConfig", "PPOConfig", "RAFTConfig", "RMConfig",
-           "SFTConfig", "train_dpo", "train_gail", "train_grpo", "train_on_scores", "train_policy_gradient", "train_ppo",
-           "train_raft", "train_reward_model", "train_sft",
-           "best_of_n", "dpo", "gail", "grpo", "overoptimization", "pg", "ppo", "raft", "reward_model", "rlhf", "sft",
-           "training"]
+__all__ = ["BestOfN", "DPOConfig", "ExpertIterationConfig", "GAILConfig", "GRPOConfig", "PGConfig", "PPOConfig",
+           "PRMConfig", "RAFTConfig", "RMConfig", "SFTConfig", "train_dpo", "train_expert_iteration", "train_gail",
+           "train_grpo", "train_on_scores", "train_policy_gradient", "train_ppo", "train_prm", "train_raft",
+           "train_reward_model", "train_sft",
+           "best_of_n", "dpo", "expert_iteration", "gail", "grpo", "overoptimization", "pg", "ppo", "prm",
+           "process_rewards", "raft", "reward_model", "rlhf", "sft", "training"]

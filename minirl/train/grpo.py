@@ -8,7 +8,8 @@ One loop, fixed steps:
     2. one reward per completion (the task's per-token rewards summed: for arithmetic, 1 if right)
     3. advantages within each group: (r - mean) / (std + eps) ('group'), r - mean ('group_mean',
        Dr. GRPO), or r - mean of the others ('leave_one_out', RLOO); every token of a completion
-       gets its completion's advantage
+       gets its completion's advantage. With 'process', each step's reward is normalized over the
+       group's steps instead, and a token's advantage sums those of its step and the later ones
     4. `inner_steps` gradient steps on the same batch with minirl.losses.grpo_loss: the clipped
        ratio (against the policy that sampled the batch, by default), plus beta * k3 KL to the
        frozen reference
@@ -49,7 +50,7 @@ from .training import check_config, check_finite, check_inputs, frozen_reference
 __all__ = ["ADVANTAGES", "LR_SCHEDULES", "CORRECTIONS", "GRPOConfig", "group_advantages", "zero_advantage_fraction",
            "old_logprobs_and_weights", "grpo_update", "lr_factor", "stale_batches", "train_grpo"]
 
-ADVANTAGES = ("group", "group_mean", "leave_one_out")
+ADVANTAGES = ("group", "group_mean", "leave_one_out", "process")
 LR_SCHEDULES = ("constant", "linear")
 CORRECTIONS = ("ppo_clip", "none") + corrections.CORRECTIONS
 
@@ -72,8 +73,12 @@ class GRPOConfig:
                       None: clip_eps
     inner_steps       gradient steps on each sampled batch, the paper's mu; 1 (its and TRL's default)
                       leaves the ratio at 1, so the clip never binds
-    advantage         'group' (r - mean) / (std + eps), 'group_mean' r - mean (Dr. GRPO), or
-                      'leave_one_out' r - the mean of the others (RLOO); see `ADVANTAGES`
+    advantage         'group' (r - mean) / (std + eps), 'group_mean' r - mean (Dr. GRPO),
+                      'leave_one_out' r - the mean of the others (RLOO), or 'process' (GRPO with
+                      process supervision: each nonzero token reward is a step's reward, normalized
+                      over the group's steps, a token's advantage the sum from its step on,
+                      `minirl.core.advantages.process_advantages`; for a task whose step rewards are
+                      never 0, such as a process reward model's probabilities); see `ADVANTAGES`
     aggregation       how per-token losses become one number, one of `minirl.losses.AGGREGATIONS`;
                       'sequence_mean' (per-completion token mean, then the mean) is the paper's
     max_grad_norm     gradients are clipped to this global norm (inf: no clipping)
@@ -133,7 +138,10 @@ class GRPOConfig:
 
 
 def group_advantages(rewards: torch.Tensor, config: GRPOConfig) -> torch.Tensor:
-    """(B,) rewards -> (B,) advantages by `config.advantage`."""
+    """(B,) rewards -> (B,) advantages by `config.advantage`; with 'process', (B, T) token rewards ->
+    (B, T) advantages."""
+    if config.advantage == "process":
+        return adv.process_advantages(rewards, rewards != 0, config.group_size)
     if config.advantage == "group":
         return adv.group_normalize(rewards, config.group_size)
     if config.advantage == "group_mean":
@@ -168,8 +176,10 @@ def grpo_update(policy: GPT, opt: torch.optim.Optimizer, rollout: Rollout, rewar
                 ref_logprobs: torch.Tensor, config: GRPOConfig, max_len: int, step: int = 0) -> dict[str, float]:
     """Steps 3-4 on one sampled batch: group advantages, then `inner_steps` steps on grpo_loss.
     step: the training step, named if the loss turns NaN.
-    rewards (B,); ref_logprobs (B, T) of the rollout's tokens under the reference."""
+    rewards (B,), or (B, T) token rewards with advantage 'process'; ref_logprobs (B, T) of the
+    rollout's tokens under the reference."""
     advantages = group_advantages(rewards, config)
+    totals = rewards.sum(dim=1) if rewards.dim() == 2 else rewards  # (B,) one per completion
     mask = rollout.policy_mask  # the policy's tokens: an environment's are transitions, not actions
     metrics = {}
     for inner in range(config.inner_steps):
@@ -187,7 +197,7 @@ def grpo_update(policy: GPT, opt: torch.optim.Optimizer, rollout: Rollout, rewar
             metrics.update(loss_first=loss.item(), kl=diag["kl"], sampler_kl=sampler_kl,
                            entropy=masked_mean(entropy_from_logits(logits.detach()), mask).item())
     metrics.update(loss_last=loss.item(), clip_fraction=diag["clip_fraction"],
-                   zero_adv_groups=zero_advantage_fraction(rewards, config.group_size))
+                   zero_adv_groups=zero_advantage_fraction(totals, config.group_size))
     return metrics
 
 
@@ -237,10 +247,11 @@ def train_grpo(policy: GPT, task: Task, config: GRPOConfig, tokenizer=None, rewa
     last = time.perf_counter()
     batches = training_batches(policy, task, config, generator, enc, desc="GRPO")
     for step, rollout in stale_batches(batches, config.stale_steps):
-        rewards = training_rewards(task, rollout, enc, reward_fn).sum(dim=1)  # (B,) one reward per completion
+        token_rewards = training_rewards(task, rollout, enc, reward_fn)  # (B, T)
+        rewards = token_rewards if config.advantage == "process" else token_rewards.sum(dim=1)  # (B,) one per completion
         with torch.no_grad():
             ref_logprobs = completion_logprobs(reference, rollout)
-        metrics = {"step": step, "reward": rewards.mean().item(), "length": rollout.mask.sum(1).mean().item(),
+        metrics = {"step": step, "reward": token_rewards.sum(dim=1).mean().item(), "length": rollout.mask.sum(1).mean().item(),
                    **task.gold(rollout)}
         metrics.update(grpo_update(policy, opt, rollout, rewards, ref_logprobs, config, task.max_new_tokens, step))
         schedule.step()
