@@ -597,3 +597,31 @@ def test_a_function_that_only_calls_minirls_own_is_named(capsys):
         return theirs(logp, ref_logp)
     assert "calls the package's own minirl.kl.kl_k3" in verdict(capsys, check.kl_k3, renamed)
     assert verdict(capsys, check.pass_at_k, own(pass_at_k)).startswith("PASS pass_at_k")
+
+
+def test_process_reward_checkers_name_each_mistake(capsys):
+    from minirl.train import prm
+    from minirl.world import steps
+    label, score = own(prm.monte_carlo_label), own(prm.completion_score)
+    assert verdict(capsys, check.monte_carlo_label, label).startswith("PASS monte_carlo_label: 6 cases")
+    assert verdict(capsys, check.completion_score, score).startswith("PASS completion_score: 8 cases")
+    wrong_labels = {
+        "rewrote the step": lambda q, pre, cs: sum(steps.final_correct(q, pre + c) for c in cs) / len(cs),
+        "checked alone": lambda q, pre, cs: sum(steps.final_correct(q, c) for c in cs) / len(cs),
+        "hard label": lambda q, pre, cs: float(label(q, pre, cs) > 0),
+    }
+    for words, fn in wrong_labels.items():
+        out = verdict(capsys, check.monte_carlo_label, fn)
+        assert out.startswith("FAIL monte_carlo_label") and words in out, out
+    wrong_scores = {
+        "The mean of the steps": lambda p, how: sum(p) / len(p) if p and how == "product" else score(p, how),
+        "the empty product is 1": lambda p, how: 1.0 if not p else score(p, how),
+        "The first step": lambda p, how: p[0] if p and how == "last" else score(p, how),
+    }
+    for words, fn in wrong_scores.items():
+        out = verdict(capsys, check.completion_score, fn)
+        assert out.startswith("FAIL completion_score") and words in out, out
+    calls_minirl = lambda p, how: prm.completion_score(p, how)  # noqa: E731
+    assert "calls the package's own minirl.train.prm.completion_score" in verdict(capsys, check.completion_score,
+                                                                                 calls_minirl)
+    assert "not implemented yet" in verdict(capsys, check.monte_carlo_label, not_done)

@@ -76,12 +76,12 @@ def test_step_probabilities_match_one_sequence_at_a_time(model):
 
 def test_aggregations():
     probs = [0.9, 0.5, 0.8]
-    assert prm.aggregate(probs, "min") == 0.5
-    assert abs(prm.aggregate(probs, "product") - 0.36) < 1e-12
-    assert prm.aggregate(probs, "last") == 0.8
-    assert all(prm.aggregate([], how) == 0.0 for how in prm.AGGREGATIONS)
+    assert prm.completion_score(probs, "min") == 0.5
+    assert abs(prm.completion_score(probs, "product") - 0.36) < 1e-12
+    assert prm.completion_score(probs, "last") == 0.8
+    assert all(prm.completion_score([], how) == 0.0 for how in prm.AGGREGATIONS)
     with pytest.raises(ValueError, match="how"):
-        prm.aggregate(probs, "mean")
+        prm.completion_score(probs, "mean")
 
 
 def test_prefixes_and_hard_labels():

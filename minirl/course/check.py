@@ -33,6 +33,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from ..world import steps as _steps
 from .predictions import prediction
 from .training_loop import reinforce_loop
 from .verdicts import NOT_DONE, emit
@@ -46,7 +47,7 @@ __all__ = [
     "best_of_n_kl_bound", "kl_regularized_optimum", "dpo_loss", "sequence_logprob", "soft_value_iteration", "gail_discriminator_loss",
     "importance_weights", "positions_from_mask", "zero_model_states", "truncated_is_weights", "sequence_ratio",
     "first_order_entropy_change", "normalize_then_sum", "action_mask", "turn_returns", "prediction", "reinforce_loop",
-    "rlhf_rewards", "clipped_value_loss",
+    "rlhf_rewards", "clipped_value_loss", "monte_carlo_label", "completion_score",
 ]
 
 TOLERANCE = 1e-6
@@ -1468,3 +1469,80 @@ def clipped_value_loss(student_fn) -> None:
                   _gives(lambda v, r, m, o, c: 2 * loop(v, r, m, o, c))),
              _forgot_mask(loop, 2))
     run_cases("clipped_value_loss", student_fn, loop, _value_loss_cases(), traps=traps)
+
+
+# ---------------------------------------------------------------- process rewards
+def _loop_monte_carlo_label(prompt: str, prefix: str, continuations: list[str]) -> float:
+    """One continuation at a time: it counts when it starts a new step (a space) or ends at once, and
+    the prefix followed by it is a well-formed completion with the right sum last."""
+    reached = 0
+    for text in continuations:
+        new_step = text == "" or text.startswith(" ")
+        if new_step and _steps.final_correct(prompt, prefix + text):
+            reached += 1
+    return reached / len(continuations)
+
+
+def _monte_carlo_label_cases() -> list[tuple[str, tuple]]:
+    three, four = "q: 12+34+5= a:", "q: 1+2+3+4= a:"
+    return [
+        ("a right first step, three of four rollouts right", (three, " 46", [" 51", " 51", " 52", " 51"])),
+        ("the last step: a rollout that ends at once is the completion itself", (three, " 46 51", ["", "", " 7", ""])),
+        ("a wrong step that a rollout's slip brings back to the right sum", (three, " 47", [" 51", " 52", " 52", " 52"])),
+        ("rollouts that rewrite the step's number ('1 51' makes it 461)", (three, " 46", ["1 51", " 51", " 51", "2"])),
+        ("no rollout right", (three, " 40", [" 45", " 45", " 46"])),
+        ("four numbers, from the second step", (four, " 3 6", [" 10", " 11", " 10"])),
+    ]
+
+
+def monte_carlo_label(student_fn) -> None:
+    """Check monte_carlo_label(prompt, prefix, continuations) -> the share of the continuations after
+    which prefix + continuation ends on the right final answer (Math-Shepherd's soft label), a
+    continuation that goes on writing the step's number not counting."""
+    def rewrites_count(prompt, prefix, continuations):
+        return sum(_steps.final_correct(prompt, prefix + c) for c in continuations) / len(continuations)
+
+    def alone(prompt, prefix, continuations):
+        return sum(_steps.final_correct(prompt, c) for c in continuations) / len(continuations)
+
+    def hard(prompt, prefix, continuations):
+        return float(_loop_monte_carlo_label(prompt, prefix, continuations) > 0)
+
+    def over_new_steps(prompt, prefix, continuations):
+        kept = [c for c in continuations if c == "" or c.startswith(" ")]
+        return _loop_monte_carlo_label(prompt, prefix, kept) if kept else 0.0
+
+    traps = (Trap("A rollout that goes on writing the step's number counted: it rewrote the step (after ' 46', '1 51' makes it 461).",
+                  "Count a rollout only when its text starts with a space (a new step) or is empty (it ended).",
+                  _gives(rewrites_count)),
+             Trap("Each continuation checked alone: the answer is the prefix and the continuation together.",
+                  "Call final_correct(prompt, prefix + continuation).", _gives(alone)),
+             Trap("The hard label (1 if any rollout is right): the exercise asks for the share.",
+                  "Divide the number right by the number of continuations.", _gives(hard)),
+             Trap("Divided by the rollouts that start a new step only: a rollout that rewrites the step is a miss.",
+                  "Divide by all the continuations.", _gives(over_new_steps)))
+    run_cases("monte_carlo_label", student_fn, _loop_monte_carlo_label, _monte_carlo_label_cases(), traps=traps)
+
+
+def _exact_completion_score(step_probs: list[float], how: str) -> float:
+    if not step_probs:
+        return 0.0
+    if how == "min":
+        return min(step_probs)
+    if how == "product":
+        return float(math.prod(Fraction(p) for p in step_probs))
+    return step_probs[-1]
+
+
+def completion_score(student_fn) -> None:
+    """Check completion_score(step_probs, how) -> the weakest step ('min'), the product ('product') or
+    the last step ('last') of a completion's step probabilities, and 0.0 for a completion with no step."""
+    steps_ = [0.9, 0.5, 0.8]
+    cases = [(f"{how} of three steps", (steps_, how)) for how in ("min", "product", "last")]
+    cases += [("one step, product", ([0.7], "product")), ("the last step is the best one", ([0.2, 0.99], "last")),
+              ("no step, product (the empty product is 1: an empty completion must score 0)", ([], "product")), ("no step, min", ([], "min")), ("no step, last", ([], "last"))]
+    traps = (Trap("The mean of the steps, not their product.", "Multiply the probabilities (math.prod).",
+                  _gives(lambda p, how: sum(p) / len(p) if p else 0.0)),
+             Trap("The first step, not the last.", "Take step_probs[-1].",
+                  _gives(lambda p, how: p[0] if p else 0.0)))
+    run_cases("completion_score", student_fn, _exact_completion_score, cases, traps=traps)

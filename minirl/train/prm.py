@@ -45,8 +45,8 @@ from ..lm.tokenizer import load_tokenizer
 from ..world import steps as steps_world
 from .training import batches, check_finite, optimizer_step
 
-__all__ = ["AGGREGATIONS", "prefixes", "monte_carlo_labels", "hard_labels", "prm_loss", "PRMConfig", "train_prm",
-           "aggregate"]
+__all__ = ["AGGREGATIONS", "prefixes", "monte_carlo_label", "monte_carlo_labels", "hard_labels", "prm_loss", "PRMConfig",
+           "train_prm", "completion_score"]
 
 AGGREGATIONS = ("min", "product", "last")
 
@@ -57,21 +57,31 @@ def prefixes(completion: str) -> list[str]:
     return ["".join(steps[:k + 1]) for k in range(len(steps))]
 
 
+def monte_carlo_label(prompt: str, prefix: str, continuations: list[str]) -> float:
+    """Math-Shepherd's soft label of the step that ends `prefix`: the share of `continuations` (texts
+    the policy wrote after the prefix) whose prefix + continuation ends on the right final answer
+    (`steps.final_correct`). A continuation that goes on writing the step's last number (its text
+    starts with neither a space nor the end) changed the step, so it does not count as reaching the
+    answer from it."""
+    if not continuations:
+        raise ValueError("no continuations: a Monte Carlo label needs at least one rollout from the step")
+    right = [c[:1] in ("", " ") and steps_world.final_correct(prompt, prefix + c) for c in continuations]
+    return sum(right) / len(continuations)
+
+
 @torch.no_grad()
 def monte_carlo_labels(policy: GPT, prompts: list[str], completions: list[str], rollouts: int,
                        generator: torch.Generator, tokenizer=None) -> tuple[list[list[float]], list[tuple[str, str]]]:
-    """Math-Shepherd's soft label of every step: the share of `rollouts` continuations of the prompt
-    and the steps so far that end on the right final answer (`steps.final_correct`). Each
-    continuation may write up to a whole completion's tokens; one that goes on writing the step's
-    last number (its text starts with neither a space nor the end) changed the step, so it does not
-    count as reaching the answer from it (30 of 20,488 rollouts of the steps model). Returns the labels (one list per
-    completion) and every rollout as (prompt, completion), the prefix and its continuation joined."""
+    """Math-Shepherd's soft label of every step (`monte_carlo_label`), from `rollouts` continuations of
+    the prompt and the steps so far sampled from `policy` at temperature 1, each up to a whole
+    completion's tokens (30 of 20,488 rollouts of the steps model went on writing the step's last
+    number). Returns the labels, one list per completion, and every rollout as (prompt, completion),
+    the prefix and its continuation joined."""
     validate.integer("rollouts", rollouts)
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions: give one prompt per completion")
     starts = [(p, prefix) for p, c in zip(prompts, completions) for prefix in prefixes(c)]
-    right = [0] * len(starts)
-    samples: list[tuple[str, str]] = []
+    written: list[list[str]] = [[] for _ in starts]
     for terms in sorted({len(steps_world.operands(p)) for p in prompts}):  # a length budget per number of terms
         todo = [j for j, (p, _) in enumerate(starts) if len(steps_world.operands(p)) == terms]
         if not todo:
@@ -80,12 +90,10 @@ def monte_carlo_labels(policy: GPT, prompts: list[str], completions: list[str], 
                      max_new_tokens=steps_world.MAX_NEW_TOKENS[terms], group_size=rollouts, generator=generator,
                      tokenizer=tokenizer)
         for i, text in enumerate(out.texts):
-            j = todo[i // rollouts]
-            p, prefix = starts[j]
-            samples.append((p, prefix + text))
-            right[j] += (text[:1] in ("", " ")) and steps_world.final_correct(p, prefix + text)
-    shares = iter(r / rollouts for r in right)
+            written[todo[i // rollouts]].append(text)
+    shares = iter([monte_carlo_label(p, prefix, texts) for (p, prefix), texts in zip(starts, written)])
     labels = [[next(shares) for _ in prefixes(c)] for c in completions]
+    samples = [(p, prefix + text) for (p, prefix), texts in zip(starts, written) for text in texts]
     return labels, samples
 
 
@@ -150,7 +158,7 @@ def train_prm(records: list[dict], config: PRMConfig = PRMConfig(), policy: GPT 
     return prm.eval(), history
 
 
-def aggregate(step_probs: list[float], how: str = "min") -> float:
+def completion_score(step_probs: list[float], how: str = "min") -> float:
     """One score for a completion from its steps' probabilities, by `how` (`AGGREGATIONS`); 0.0 for no step."""
     validate.choice("how", how, AGGREGATIONS)
     if not step_probs:
