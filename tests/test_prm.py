@@ -180,3 +180,26 @@ def test_training_lowers_the_loss_on_its_records(policy):
 def test_clear_errors(call, error, words):
     with pytest.raises(error, match=words):
         call()
+
+
+def test_monte_carlo_labels_sample_in_chunks_with_the_same_stream(policy, monkeypatch):
+    """Many prefixes are sampled a chunk at a time (one batch of 30,000 prefixes x 8 rollouts would
+    need a 35 GB cache); the labels are each prefix's own, whatever the chunk size."""
+    from minirl.lm import sampling
+    batches = []
+    real = sampling.sample
+
+    def counting(model, prompts, **kwargs):
+        batches.append(len(prompts))
+        return real(model, prompts, **kwargs)
+    monkeypatch.setattr(prm, "sample", counting)
+    monkeypatch.setattr(prm, "PREFIXES_PER_BATCH", 3)
+    completions = [" 46 51", " 47 52", " 46"]
+    labels, samples = prm.monte_carlo_labels(policy, [PROMPT] * 3, completions, 4, torch.Generator().manual_seed(3))
+    assert batches == [3, 2]  # five prefixes, three at a time
+    assert [len(row) for row in labels] == [2, 2, 1]
+    starts = [(c, pre) for c in completions for pre in prm.prefixes(c)]
+    for k, (c, pre) in enumerate(starts):  # each label is the share of its own four rollouts
+        mine = [t[len(pre):] for _, t in samples[4 * k:4 * k + 4]]
+        assert all(t.startswith(pre) for _, t in samples[4 * k:4 * k + 4])
+        assert labels[completions.index(c)][prm.prefixes(c).index(pre)] == prm.monte_carlo_label(PROMPT, pre, mine)

@@ -45,10 +45,11 @@ from ..lm.tokenizer import load_tokenizer
 from ..world import steps as steps_world
 from .training import batches, check_finite, optimizer_step
 
-__all__ = ["AGGREGATIONS", "prefixes", "monte_carlo_label", "monte_carlo_labels", "hard_labels", "prm_loss", "PRMConfig",
+__all__ = ["AGGREGATIONS", "PREFIXES_PER_BATCH", "prefixes", "monte_carlo_label", "monte_carlo_labels", "hard_labels", "prm_loss", "PRMConfig",
            "train_prm", "completion_score"]
 
 AGGREGATIONS = ("min", "product", "last")
+PREFIXES_PER_BATCH = 256  # prefixes sampled together: their rollouts share one KV cache
 
 
 def prefixes(completion: str) -> list[str]:
@@ -84,13 +85,12 @@ def monte_carlo_labels(policy: GPT, prompts: list[str], completions: list[str], 
     written: list[list[str]] = [[] for _ in starts]
     for terms in sorted({len(steps_world.operands(p)) for p in prompts}):  # a length budget per number of terms
         todo = [j for j, (p, _) in enumerate(starts) if len(steps_world.operands(p)) == terms]
-        if not todo:
-            continue
-        out = sample(policy, [starts[j][0] + starts[j][1] for j in todo],
-                     max_new_tokens=steps_world.MAX_NEW_TOKENS[terms], group_size=rollouts, generator=generator,
-                     tokenizer=tokenizer)
-        for i, text in enumerate(out.texts):
-            written[todo[i // rollouts]].append(text)
+        for chunk in (todo[i:i + PREFIXES_PER_BATCH] for i in range(0, len(todo), PREFIXES_PER_BATCH)):
+            out = sample(policy, [starts[j][0] + starts[j][1] for j in chunk],
+                         max_new_tokens=steps_world.MAX_NEW_TOKENS[terms], group_size=rollouts, generator=generator,
+                         tokenizer=tokenizer)
+            for i, text in enumerate(out.texts):
+                written[chunk[i // rollouts]].append(text)
     shares = iter([monte_carlo_label(p, prefix, texts) for (p, prefix), texts in zip(starts, written)])
     labels = [[next(shares) for _ in prefixes(c)] for c in completions]
     samples = [(p, prefix + text) for (p, prefix), texts in zip(starts, written) for text in texts]
