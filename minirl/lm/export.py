@@ -150,8 +150,8 @@ def to_hf_prm(prm: ProcessRewardModel):
     config.num_labels = 2
     state = {k: v for k, v in hf_state_dict(prm.transformer).items() if k.startswith("transformer.")}
     w, b = prm.score.weight.detach(), prm.score.bias.detach()  # (1, C), (1,)
-    return load_weights(GPT2ForTokenClassification(config), {
-        **state, "classifier.weight": torch.cat([torch.zeros_like(w), w]), "classifier.bias": torch.cat([torch.zeros_like(b), b])})
+    head = {"classifier.weight": torch.cat([torch.zeros_like(w), w]), "classifier.bias": torch.cat([torch.zeros_like(b), b])}
+    return load_weights(GPT2ForTokenClassification(config), {**state, **head})
 
 
 def to_hf_tokenizer():

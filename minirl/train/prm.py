@@ -11,9 +11,11 @@ A step's label comes two ways on the steps task (`minirl.world.steps`):
 
 The Monte Carlo label estimates the step's value under the policy, P(right answer | the steps so
 far), not whether the step is right. A right step from which the policy often slips later gets a
-soft label well below 1, and with few rollouts sometimes a hard 0; a wrong step cannot reach the
-right answer unless a later slip undoes it. It needs no step labels, only the outcome's verifier,
-and is paid for in samples: `rollouts` for every step.
+soft label well below 1, and with few rollouts sometimes a hard 0; a wrong step reaches the right
+answer only when a later slip lands back on the right sum, which the steps model's slips do often
+enough: with 8 rollouts, 19% of its wrong steps on sums of 3 numbers and 30% on sums of 4 got a hard
+label of 1 (of 94 and 148 wrong steps in one draw). It needs no step labels, only the outcome's
+verifier, and is paid for in samples: `rollouts` for every step.
 
 The loss is binary cross-entropy at every separator, averaged over the labelled steps of the batch
 (TRL's token-classification loss averages over its labelled tokens the same way); soft labels are
@@ -45,8 +47,8 @@ from ..lm.tokenizer import load_tokenizer
 from ..world import steps as steps_world
 from .training import batches, check_finite, optimizer_step
 
-__all__ = ["AGGREGATIONS", "PREFIXES_PER_BATCH", "prefixes", "monte_carlo_label", "monte_carlo_labels", "hard_labels", "prm_loss", "PRMConfig",
-           "train_prm", "completion_score"]
+__all__ = ["AGGREGATIONS", "PREFIXES_PER_BATCH", "prefixes", "monte_carlo_label", "monte_carlo_labels", "hard_labels",
+           "prm_loss", "PRMConfig", "train_prm", "completion_score"]
 
 AGGREGATIONS = ("min", "product", "last")
 PREFIXES_PER_BATCH = 256  # prefixes sampled together: their rollouts share one KV cache
