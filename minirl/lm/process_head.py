@@ -1,9 +1,10 @@
 """A process reward model: one probability per step, each read from the GPT trunk at the step's end.
 
-Layout, TRL's `PRMTrainer`: the prompt, then each step followed by a separator token (`SEP`, a
-newline, TRL's default `step_separator`); the model reads a logit at each separator, and
-sigmoid(logit) is its probability that the step is right (TRL reads two logits there, a class each;
-with the first fixed at 0 its cross-entropy is this model's binary one). The separator keeps a
+Layout, TRL's `PRMTrainer` (TRL dropped it in September 2026; the course's pinned 1.16 lacks it):
+the prompt, then each step followed by a separator token (`SEP`, a newline, its default
+`step_separator`); the model reads a logit at each separator, and sigmoid(logit) is its
+probability that the step is right (TRL read two logits there, a class each; with the first fixed
+at 0 its cross-entropy is this model's binary one). The separator keeps a
 step's score from seeing the next step: read at the step's last digit, the model could not know
 whether the number goes on; read at the next step's first token, it would see that step's first
 digit.
