@@ -1,7 +1,7 @@
 # The course's two commands:  make course  (open the lessons)   make test  (run every test)
 # Both create .venv and install what they need on first use: `make course` what the lessons need
-# (lesson 15's transformers and TRL come with `make trl`), `make test` the instructor's tools and the tests' too.
-# `make student`, `make site` and `make grade` add the instructor's tools only (and `make grade` lesson 15's TRL).
+# (lesson 16's transformers and TRL come with `make trl`), `make test` the instructor's tools and the tests' too.
+# `make student`, `make site` and `make grade` add the instructor's tools only (and `make grade` lesson 16's TRL).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -26,7 +26,7 @@ define nbgrader_off
 	$(BIN)/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
 endef
 
-# each stamp is one install: .course the lessons' packages, .trl adds lesson 15's, .instructor the
+# each stamp is one install: .course the lessons' packages, .trl adds lesson 16's, .instructor the
 # instructor's tools, .installed all of them and the tests' (each includes the lessons' own install)
 install-course: $(VENV)/.course
 
@@ -34,7 +34,7 @@ $(VENV)/.course: pyproject.toml constraints.txt jupyterlab/overrides.json
 	$(call venv_with,)
 	touch $@
 
-# lesson 15's transformers and TRL (about 0.5 GB), which the lessons' own install leaves out
+# lesson 16's transformers and TRL (about 0.5 GB), which the lessons' own install leaves out
 trl: $(VENV)/.trl
 
 $(VENV)/.trl: pyproject.toml constraints.txt jupyterlab/overrides.json
@@ -126,7 +126,7 @@ student: install-instructor
 	$(BIN)/python -m minirl.course student --out student $(if $(FORCE),--force)
 
 # run every submitted notebook and tabulate each exercise's verdict: make grade SUBMISSIONS=folder
-# (lesson 15's submissions need its TRL); the folder is checked before anything is installed
+# (lesson 16's submissions need its TRL); the folder is checked before anything is installed
 grade: check-submissions install-instructor trl
 	$(BIN)/python -m minirl.course grade "$(SUBMISSIONS)"
 

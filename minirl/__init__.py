@@ -26,7 +26,8 @@ list (tests/test_layout.py checks it):
                 reward_design, distillation, micro_env, process, expert_iteration
   train       the trainers and lessons 09 and 10's measurements
                 training, pg, ppo, grpo, sft, reward_model, dpo, best_of_n, raft, expert_iteration,
-                prm, process_rewards, gail, rlhf, overoptimization; commands pretrain, reward_models, sft_model, tool_model, steps_model
+                prm, process_rewards, gail, rlhf, overoptimization; commands pretrain, reward_models, sft_model, tool_model, steps_model,
+                process_models
   course      exercise checkers, the write-the-loop checker (course.training_loop), their verdicts, predictions, a lesson's size,
               where a lesson finds its recorded sweeps (course.sweeps);
               the instructor's commands (course.commands, course.grading, course.site, course.capstone) and written answers (course.written)
@@ -37,8 +38,8 @@ tests/test_public_surface.py freezes the public names and signatures.
 
 Commands: python -m minirl.course (open, hand out, grade), python -m minirl.world (the world's
 files), python -m minirl.train.pretrain, python -m minirl.train.reward_models, python -m
-minirl.train.sft_model, python -m minirl.train.tool_model, python -m minirl.train.steps_model
-(the shipped checkpoints), python -m minirl.course.site (the static site).
+minirl.train.sft_model, python -m minirl.train.tool_model, python -m minirl.train.steps_model,
+python -m minirl.train.process_models (the shipped checkpoints), python -m minirl.course.site (the static site).
 """
 import sys
 

@@ -1,5 +1,5 @@
 """GRPO on the course's arithmetic task in TRL, with the course's reward function unchanged, for the course's
-model or any Hugging Face causal LM: the path from lesson 06 to a cluster (lesson 15).
+model or any Hugging Face causal LM: the path from lesson 06 to a cluster (lesson 16).
 
     python scale_out/grpo_trl.py --config scale_out/grpo_cpu.yaml --output_dir runs/trl
     torchrun --nproc_per_node 2 scale_out/grpo_trl.py --config scale_out/grpo_cpu.yaml \

@@ -153,7 +153,7 @@ def test_lesson_12_checkers(capsys):
     assert "not implemented yet" in verdict(capsys, check.importance_weights, not_done)
 
 
-def test_lesson_15_checkers(capsys):
+def test_lesson_16_checkers(capsys):
     from minirl.lm import memory
     mask_positions = lambda m: (m.long().cumsum(-1) - 1).clamp(min=0)  # noqa: E731
     assert verdict(capsys, check.positions_from_mask, mask_positions).startswith("PASS positions_from_mask: 5 cases")
@@ -412,7 +412,7 @@ def test_lesson_13_checkers_pass_the_package_and_name_each_mistake(capsys):
         assert mistake in verdict(capsys, check.normalize_then_sum, fn), mistake
 
 
-def test_lesson_14_checkers_pass_the_package_and_name_each_mistake(capsys):
+def test_lesson_15_checkers_pass_the_package_and_name_each_mistake(capsys):
     """turn_returns: minirl.advantages.turn_returns passes through a student's wrapper; action_mask: a
     loop written here passes, and so do the masks the multi-turn sampler returns for the same tokens;
     each planted mistake is named."""

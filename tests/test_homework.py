@@ -35,7 +35,8 @@ from minirl.world import datasets
 
 PACKAGE = pathlib.Path(minirl.__file__).parent
 MODULES = sorted(f"{p.parent.name}.{p.stem}" for p in PACKAGE.glob("*/*.py") if p.stem not in ("__init__", "__main__"))
-COMMANDS = ("train.pretrain", "train.reward_models", "train.sft_model", "train.tool_model", "train.steps_model", "course.commands", "course.site", "course.written", "course.capstone", "course.grading")  # not loaded by `import minirl`
+COMMANDS = ("train.pretrain", "train.reward_models", "train.sft_model", "train.tool_model", "train.steps_model",
+            "train.process_models", "course.commands", "course.site", "course.written", "course.capstone", "course.grading")  # not loaded by `import minirl`
 CONFIGS = (GRPOConfig, PPOConfig, PGConfig, DPOConfig, RMConfig, SFTConfig, RAFTConfig, GAILConfig, GPTConfig, PRMConfig,
            ExpertIterationConfig)
 

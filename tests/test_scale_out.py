@@ -1,4 +1,4 @@
-"""The scale-out path (scale_out/, lesson 15): TRL's GRPOTrainer with the course's reward, run as one
+"""The scale-out path (scale_out/, lesson 16): TRL's GRPOTrainer with the course's reward, run as one
 process and as two data-parallel ranks (slow), and the cluster configs read by each tool's own
 parser, each seen rejecting a planted misspelled key.
 

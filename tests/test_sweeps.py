@@ -407,7 +407,7 @@ def test_rerunning_one_forgetting_point_holds_the_lessons_claims():
 
 
 def test_tools_csvs_cover_every_job():
-    """Lesson 14's runs with the calculator: every tuning and reported run, at the rates the tuning
+    """Lesson 15's runs with the calculator: every tuning and reported run, at the rates the tuning
     chose, evaluated every EVAL_EVERY steps from 0."""
     script = load_script("tools")
     tuning = script.read_rows("tools_tuning")
@@ -434,7 +434,7 @@ def test_tools_variants_rerun_merges_rows_back_in_a_full_runs_order():
 
 @pytest.mark.slow
 def test_rerunning_one_tools_point_holds_the_lessons_claims():
-    """Lesson 14 re-runs (cost-0.2, seed 0) live; this re-runs (cost-0.05, seed 2, about 60 s) and
+    """Lesson 15 re-runs (cost-0.2, seed 0) live; this re-runs (cost-0.05, seed 2, about 60 s) and
     checks what the lesson says of every run with a cost per call: the calls fall from about 0.6
     per episode to at most 0.1 within 60 steps, and held-out accuracy ends at 0.7 or more (the
     policy learned to add instead)."""

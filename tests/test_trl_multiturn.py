@@ -10,7 +10,7 @@ extra_fields.pop("env_mask", None)`; `_compute_loss`: `mask = completion_mask * 
 The calls' costs reach TRL's rewards as an extra field of the rollout, which TRL forwards to the
 reward functions. The trainer runs on the exported tool model and tokenizer (`minirl.lm.export`),
 with `use_mask_positions`: the arithmetic prompts are 9 and 10 tokens, so TRL left-pads them, and
-GPT-2 would otherwise score them at other positions than the sampler used (lesson 15).
+GPT-2 would otherwise score them at other positions than the sampler used (lesson 16).
 
 minirl's side is its GRPO trainer's: rewards from `tasks.training_rewards` (the outcome plus the
 calls' costs), `advantages.group_normalize`, log-probs of our GPT (`completion_logprobs`) and

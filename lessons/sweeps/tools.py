@@ -1,4 +1,4 @@
-"""Lesson 14's runs on the tiny GPT: GRPO from the tool model (`minirl.load_model("tool")`) on
+"""Lesson 15's runs on the tiny GPT: GRPO from the tool model (`minirl.load_model("tool")`) on
 arithmetic with the calculator, at several costs per call, and without the calculator; and the
 policy gradient with a call's cost on its turn or in the outcome. Recorded command:
 

@@ -1,4 +1,4 @@
-"""Lesson 15's recorded TRL runs: scale_out/grpo_trl.py on six seeds as one process, as two
+"""Lesson 16's recorded TRL runs: scale_out/grpo_trl.py on six seeds as one process, as two
 torchrun ranks, and as one process without the position fix. Recorded command (about 10 min on 2 cores):
 
     python lessons/sweeps/trl_grpo.py

@@ -77,7 +77,7 @@ def bar_html(desc: str, done: int, total: int | None, seconds: float) -> str:
 
 def require(*modules: str, lesson: str = "this lesson") -> None:
     """Stop with one clear line, naming the command that installs them, when `modules` are missing
-    (lesson 15's transformers and TRL are not in the lessons' own install, `make course`)."""
+    (lesson 16's transformers and TRL are not in the lessons' own install, `make course`)."""
     import importlib.util
 
     missing = [m for m in modules if importlib.util.find_spec(m) is None]

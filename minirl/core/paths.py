@@ -21,6 +21,8 @@ MANIFEST = "MANIFEST.json"
 # Which command writes which files (matched by path prefix, first match wins).
 REBUILD_COMMANDS = {
     "checkpoints/rm_": "python -m minirl.train.reward_models",
+    "checkpoints/prm_": "python -m minirl.train.process_models",
+    "checkpoints/orm_": "python -m minirl.train.process_models",
     "checkpoints/sft": "python -m minirl.train.sft_model",
     "checkpoints/tool": "python -m minirl.train.tool_model",
     "checkpoints/steps": "python -m minirl.train.steps_model",

@@ -1262,7 +1262,7 @@ def normalize_then_sum(student_fn) -> None:
     run_cases("normalize_then_sum", student_fn, _loop_normalize_then_sum, cases, traps=traps)
 
 
-# ---------------------------------------------------------------- lesson 14
+# ---------------------------------------------------------------- lesson 15
 def _loop_action_mask(tokens: list[int], call_end: int, reply_lengths: list[int], after_end: bool = True,
                       replies_count: bool = False) -> list[int]:
     """1 where the policy wrote the token, 0 where the environment did: after each call_end the

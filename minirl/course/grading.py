@@ -47,8 +47,11 @@ RENAMED = {  # the lessons renumbered on 2026-12-06 into the order they are take
     "08_rlhf": ("09_rlhf", "10_overoptimization"),  # split in two; its exercises are all in 09
     "09_dpo": ("11_dpo",),
     "10_imitation_irl_gail": ("12_imitation_irl_gail",),
-    "11_trl_scale_out": ("15_trl_scale_out",),
+    "11_trl_scale_out": ("16_trl_scale_out",),  # 15 from 2026-12-06, 16 from 2026-12-07
     "12_grpo_family_off_policy": ("07_grpo_family_off_policy",),
+    # and on 2026-12-07, to make room for lesson 14 (process rewards and expert iteration)
+    "14_agents_tools": ("15_agents_tools",),
+    "15_trl_scale_out": ("16_trl_scale_out",),
 }
 CHECKER_LINE = re.compile(r"^(PASS|FAIL|RIGHT|WRONG|TODO) (\w+):(.*)$", re.M)
 SHOWN_AS = {"package": "minirl's own"}  # a verdict's outcome as the table shows it, where the two differ

@@ -16,22 +16,32 @@ differ in their labels and in where they read, nothing else, and are compared at
 The steps of a sum written step by step (`minirl.world.steps`) are its words, each with one leading
 space (' 46 51' -> [' 46', ' 51']), as the world labels them. Batches are right-padded with <|pad|>;
 with causal attention the padding after a token does not change it.
+
+Two are shipped (`PROCESS_MODELS`, built by `python -m minirl.train.process_models`): a PRM on the
+world's exact step labels and an ORM on the final answers of the same completions.
 """
 from __future__ import annotations
 
 import copy
+import json
+from dataclasses import asdict
 
 import torch
 import torch.nn as nn
 
-from ..core import validate
-from .model import GPT, load_model
+from ..core import paths, validate
+from .model import GPT, GPTConfig, load_model
 from .sequences import right_pad
 from .tokenizer import PAD, load_tokenizer
 
-__all__ = ["SEP", "ProcessRewardModel", "completion_steps", "prm_input", "prm_batch", "from_policy", "step_probabilities"]
+__all__ = ["SEP", "PROCESS_MODELS", "ProcessRewardModel", "completion_steps", "prm_input", "prm_batch", "from_policy",
+           "step_probabilities", "checkpoint_path", "save_process_model", "load_process_model", "process_model_card"]
 
 SEP = "\n"  # TRL PRMTrainer's default step_separator; one token of the course's tokenizer
+PROCESS_MODELS = {
+    "prm_steps": "a PRM on the world's step labels (right from the start)",
+    "orm_steps": "an ORM on the final answers of the same completions",
+}
 
 
 class ProcessRewardModel(nn.Module):
@@ -122,3 +132,26 @@ def step_probabilities(prm: ProcessRewardModel, prompts: list[str], steps: list[
         out += [probs[j][mask[j].cpu()].tolist() for j in range(len(records))]
     prm.train(was_training)
     return out
+
+
+def checkpoint_path(name: str) -> str:
+    validate.choice("process model", name, sorted(PROCESS_MODELS))
+    return f"checkpoints/{name}.pt"
+
+
+def save_process_model(model: ProcessRewardModel, path) -> None:
+    torch.save({"config": asdict(model.transformer.config), "state_dict": model.state_dict()}, path)
+
+
+def load_process_model(name: str = "prm_steps", device: str | torch.device = "cpu") -> ProcessRewardModel:
+    """A shipped process or outcome reward model by name (see `PROCESS_MODELS`), in eval mode."""
+    device = validate.resolve_device(device)
+    payload = torch.load(paths.verified_path(checkpoint_path(name)), map_location=device, weights_only=True)
+    model = ProcessRewardModel(GPT(GPTConfig(**payload["config"])))
+    model.load_state_dict(payload["state_dict"])
+    return model.to(device).eval()
+
+
+def process_model_card(name: str = "prm_steps") -> dict:
+    """The command, data, settings and validation metrics recorded beside a shipped process model."""
+    return json.loads(paths.verified_path(checkpoint_path(name).replace(".pt", ".json")).read_text())

@@ -25,6 +25,8 @@ Each trainer's home is its module; the trainers and their configs are also here,
     sft_model         trains the shipped SFT model (python -m minirl.train.sft_model)
     tool_model        trains the shipped tool model, which calls the calculator (python -m minirl.train.tool_model)
     steps_model       trains the shipped steps model, which writes sums step by step (python -m minirl.train.steps_model)
+    process_models    trains the shipped process and outcome reward models of the steps task
+                      (python -m minirl.train.process_models)
 """
 from . import (best_of_n, dpo, expert_iteration, gail, grpo, overoptimization, pg, ppo, prm, process_rewards, raft,
                reward_model, rlhf, sft, training)
