@@ -42,8 +42,10 @@ J = P(right answer):
   * step_labels_to_go is the policy gradient of another objective, E[sum_t l_t] the expected number
     of right steps (`label_objective`); step_labels ascends sum_s d(s) sum_a pi(a | s) l(s, a) with d
     held fixed. After a mistake the label credits carrying it on, the outcome credits cancelling it:
-    on those states (`after_mistake`) the two updates point apart (cosine below -0.5 on the three
-    WORLDS at policies that lean towards the right step, `compare`'s cosine_after_mistake).
+    on those states (`after_mistake`) the two updates point apart (`compare`'s cosine_after_mistake:
+    -0.98 to -0.21 on the three WORLDS at four policies each that lean towards the right step, random
+    logits plus 2 on each label, seeds 0-3). Labels from the start (1 only on the true partial sum)
+    pay only the step that cancels a mistake, and there agree with the outcome (0.90 to 1.00).
   * a PRM that marks a slip right scores the policy that always slips first, then steps rightly, as
     high as the perfect one (every step marked right), and that policy never answers rightly.
 
