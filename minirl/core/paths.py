@@ -13,8 +13,10 @@ import json
 import os
 from pathlib import Path
 
+from . import validate
+
 __all__ = ["MANIFEST", "REBUILD_COMMANDS", "DataError", "data_dir", "rebuild_command", "sha256", "read_manifest",
-           "write_manifest", "verified_path"]
+           "write_manifest", "verified_path", "build_named"]
 
 MANIFEST = "MANIFEST.json"
 
@@ -121,3 +123,23 @@ def verified_path(relpath: str) -> Path:
             )
         _verified[path] = expected
     return path
+
+
+def build_named(prog: str, description: str, kind: str, names: list[str], build) -> None:
+    """The command line of a command that builds named checkpoints (`python -m minirl.train.reward_models`):
+    the names given (default: all of `names`), every one checked before the first is built (each takes
+    minutes), then build(name) -> its card, whose metrics are printed, and the manifest rewritten."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("names", nargs="*", default=sorted(names), help=f"which {kind}s (default: all)")
+    args = parser.parse_args()
+    for name in args.names:
+        try:
+            validate.choice(kind, name, sorted(names))
+        except ValueError as e:
+            parser.error(str(e))
+    for name in args.names:
+        card = build(name)
+        print(name, json.dumps(card["metrics"]), flush=True)
+    write_manifest(data_dir())

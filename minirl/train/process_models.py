@@ -22,7 +22,6 @@ training of each model at each rate on 2026-12-07, at one thread, two trainings 
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import platform
@@ -159,18 +158,8 @@ def save(name: str, model, chosen: dict, rows: list[dict]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m minirl.train.process_models", description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", default=sorted(PROCESS_MODELS), help="which models (default: both)")
-    args = parser.parse_args()
-    for name in args.names:
-        try:
-            validate.choice("process model", name, sorted(PROCESS_MODELS))
-        except ValueError as e:
-            parser.error(str(e))
-    for name in args.names:
-        card = build(name)
-        print(name, json.dumps(card["metrics"]), flush=True)
-    paths.write_manifest(paths.data_dir())
+    paths.build_named("python -m minirl.train.process_models", __doc__.split("\n\n")[0], "process model",
+                      list(PROCESS_MODELS), build)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ reproduces the metrics closely, not the bytes.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import time
@@ -59,18 +58,8 @@ def build(name: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m minirl.train.reward_models", description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", default=sorted(REWARD_MODELS), help="which reward models (default: all)")
-    args = parser.parse_args()
-    for name in args.names:  # all checked before the first is built (minutes of training)
-        try:
-            validate.choice("reward model", name, sorted(REWARD_MODELS))
-        except ValueError as e:
-            parser.error(str(e))
-    for name in args.names:
-        card = build(name)
-        print(name, json.dumps(card["metrics"]), flush=True)
-    paths.write_manifest(paths.data_dir())
+    paths.build_named("python -m minirl.train.reward_models", __doc__.split("\n\n")[0], "reward model",
+                      list(REWARD_MODELS), build)
 
 
 if __name__ == "__main__":
