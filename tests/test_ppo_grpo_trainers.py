@@ -23,6 +23,24 @@ def test_rlhf_rewards_put_the_score_at_the_last_action_token():
     assert torch.allclose(r.sum(1), torch.tensor([2.0 - 0.1 * -0.5, -1.0 - 0.1 * 1.0]))  # R_total = score - beta KL
 
 
+def test_dense_rewards_stay_on_their_tokens():
+    """With token rewards (B, T), the return a token's GAE targets (beta 0, gamma 1, lambda 1) is
+    the sum of the rewards from that token on, by a plain loop; with the (B,) sum, every token's
+    return is the whole sum."""
+    policy = minirl.load_model("base")
+    task = tasks.arithmetic_task()
+    rollout = minirl.sample(policy, task.train_prompts[:2], max_new_tokens=task.max_new_tokens, group_size=2,
+                            generator=torch.Generator().manual_seed(0))
+    ppo = PPO(policy, PPOConfig(beta=0.0, lam=1.0, whiten=False, dense=True))
+    mask = rollout.mask
+    rewards = torch.randn(mask.shape, generator=torch.Generator().manual_seed(1)) * mask  # (B, T)
+    to_go = [[sum(rewards[i, s:].tolist()) if mask[i, t] else 0.0 for s, t in enumerate(range(mask.size(1)))]
+             for i in range(mask.size(0))]
+    assert torch.allclose(ppo.score_batch(rollout, rewards)["returns"], torch.tensor(to_go), atol=1e-5)
+    summed = ppo.score_batch(rollout, rewards.sum(dim=1))["returns"]
+    assert torch.allclose(summed, rewards.sum(dim=1, keepdim=True) * mask, atol=1e-5)
+
+
 def test_explained_variance_by_hand():
     returns = torch.tensor([[1.0, 2.0, 3.0, 99.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])

@@ -443,3 +443,20 @@ def test_rerunning_one_tools_point_holds_the_lessons_claims():
     recorded = [r for r in script.read_rows() if r["run"] == "cost-0.05" and r["seed"] == 2]
     assert rows[0]["correct"] == pytest.approx(recorded[0]["correct"], abs=0.03)  # identical on the machine that wrote it
     assert rows[0]["calls"] >= 0.5 and rows[-1]["calls"] <= 0.1 and rows[-1]["correct"] >= 0.7
+
+
+def test_process_rl_csvs_cover_every_job():
+    """Lesson 14's RL on a process reward model: every arm at every rate on the tuning seed, then on
+    every reported seed at its tuned rate, each evaluated at the steps the script promises."""
+    script = load_script("process_rl")
+    tuning = script.read_rows("process_rl_tuning")
+    rates = script.tuned_rates(tuning)
+    for name, jobs in (("process_rl_tuning", script.tuning_jobs()),
+                       ("process_rl", [(a, s, rates[a]) for a in script.ARMS for s in script.SEEDS])):
+        runs = {}
+        for r in script.read_rows(name):
+            runs.setdefault((r["run"], r["seed"], r["lr"]), []).append(r["step"])
+        assert sorted(runs) == sorted(jobs)
+        assert all(got == list(range(0, script.STEPS + 1, script.EVAL_EVERY)) for got in runs.values())
+        with open(SWEEPS / f"{name}.csv") as f:
+            assert next(csv.reader(f)) == script.FIELDS

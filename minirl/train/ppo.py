@@ -6,7 +6,8 @@ Each step:
     1. rollout: sample `group_size` completions of each of `prompts_per_step` prompts (T = 1); their
        log-probs are pi_old's, the policy that collected the batch
     2. rewards per token: r_t = -beta * KL_t, with KL_t = log pi_old(a_t|s_t) - log pi_ref(a_t|s_t)
-       (k1 on the sampled token), and the task's score added at the last action token
+       (k1 on the sampled token), and the task's score added at the last action token (with
+       `dense`, each of the task's token rewards on its own token instead: a reward per step)
     3. values V(s_t) from the critic at collection time; GAE(gamma, lambda) gives advantages and the
        critic's targets (returns); advantages whitened over the batch's tokens
     4. `epochs` passes over the batch in `minibatches` shuffled minibatches: the clipped surrogate
@@ -81,6 +82,10 @@ class PPOConfig:
                       (inf: no clipping)
     seed              seeds the prompt draws and the sampler's generator; seed + 1 the minibatch
                       shuffles
+    dense             keep the task's token rewards on their tokens (a process reward model's reward
+                      per step: GAE credits a token with the rewards from its step on) instead of
+                      summing them onto the last action token; the same for a task that rewards
+                      only the last token
     """
     steps: int = 40
     prompts_per_step: int = 16
@@ -99,6 +104,7 @@ class PPOConfig:
     whiten: bool = True
     max_grad_norm: float = 1.0
     seed: int = 0
+    dense: bool = False  # last: a field added after the others keeps every positional call working
 
     def __post_init__(self):
         check_config(self)
@@ -153,10 +159,16 @@ class PPO:
 
     @torch.no_grad()
     def score_batch(self, rollout: Rollout, score: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Everything the update needs that is fixed at collection time."""
+        """Everything the update needs that is fixed at collection time. score: (B,) each
+        completion's score, added at its last action token; or (B, T) token rewards, each added on
+        its own token (what `train_ppo` passes with `dense`)."""
         c, mask, own = self.config, rollout.mask, rollout.policy_mask  # every token; the policy's
         ref_logprobs = completion_logprobs(self.reference, rollout)
-        rewards = rlhf_rewards(score, rollout.logprobs, ref_logprobs, own, c.beta)
+        if score.dim() == 2:
+            rewards = rlhf_rewards(score.new_zeros(score.size(0)), rollout.logprobs, ref_logprobs, own, c.beta)
+            rewards = rewards + zero_padding(score, mask)
+        else:
+            rewards = rlhf_rewards(score, rollout.logprobs, ref_logprobs, own, c.beta)
         values = completion_values(*self.critic, rollout)
         advantages, returns = adv.gae(rewards, values, mask, c.gamma, c.lam)
         if c.whiten:
@@ -211,8 +223,9 @@ def train_ppo(policy: GPT, task: Task, config: PPOConfig, tokenizer=None, reward
     history = []
     last = time.perf_counter()
     for step, rollout in training_batches(policy, task, config, generator, enc, desc="PPO"):
-        score = training_rewards(task, rollout, enc, reward_fn).sum(dim=1)  # (B,) each completion's reward
-        batch = ppo.score_batch(rollout, score)
+        token_rewards = training_rewards(task, rollout, enc, reward_fn)  # (B, T)
+        score = token_rewards.sum(dim=1)  # (B,) each completion's reward
+        batch = ppo.score_batch(rollout, token_rewards if config.dense else score)
         mask = rollout.mask
         with torch.no_grad():
             entropy = masked_mean(entropy_from_logits(completion_logits(policy, rollout)), rollout.policy_mask).item()

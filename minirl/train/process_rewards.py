@@ -1,7 +1,8 @@
 """A process or outcome reward model as the reward of RL on the steps task (`minirl.world.steps`).
 
     prm_task(prm, terms)   each step's probability from the PRM, on the step's last token: a dense
-                           reward, for PPO's GAE over steps or GRPO's 'process' advantage
+                           reward, for PPO's GAE over steps (`PPOConfig(dense=True)`) or GRPO's
+                           'process' advantage
     orm_task(orm, terms)   the outcome model's probability of a right answer, on the last token
 
 Both keep the steps task's prompts and gold metrics (the share right, well formed, step accuracy),
