@@ -34,11 +34,21 @@ def test_dense_rewards_stay_on_their_tokens():
     ppo = PPO(policy, PPOConfig(beta=0.0, lam=1.0, whiten=False, dense=True))
     mask = rollout.mask
     rewards = torch.randn(mask.shape, generator=torch.Generator().manual_seed(1)) * mask  # (B, T)
-    to_go = [[sum(rewards[i, s:].tolist()) if mask[i, t] else 0.0 for s, t in enumerate(range(mask.size(1)))]
+    to_go = [[sum(rewards[i, t:].tolist()) if mask[i, t] else 0.0 for t in range(mask.size(1))]
              for i in range(mask.size(0))]
     assert torch.allclose(ppo.score_batch(rollout, rewards)["returns"], torch.tensor(to_go), atol=1e-5)
     summed = ppo.score_batch(rollout, rewards.sum(dim=1))["returns"]
     assert torch.allclose(summed, rewards.sum(dim=1, keepdim=True) * mask, atol=1e-5)
+
+
+def test_dense_changes_nothing_for_a_task_that_rewards_the_last_token():
+    """The arithmetic task scores only a completion's last token, so the two placements of its
+    reward are one: training with and without `dense` gives the same history."""
+    task = tasks.arithmetic_task()
+    config = PPOConfig(steps=2, prompts_per_step=2, group_size=2, epochs=1, minibatches=1, lr=1e-3)
+    runs = [train_ppo(minirl.load_model("base"), task, dataclasses.replace(config, dense=dense)) for dense in (False, True)]
+    for key in ("reward", "kl", "total_reward", "value_loss", "explained_variance"):
+        assert [h[key] for h in runs[0]] == pytest.approx([h[key] for h in runs[1]], abs=1e-6)
 
 
 def test_explained_variance_by_hand():

@@ -157,27 +157,14 @@ def trajectories(rows: list[dict]) -> dict[tuple[str, int], list[dict]]:
     return out
 
 
-def at_end(rows: list[dict], name: str, key: str) -> list[float]:
-    """One value per reported seed: the run's last evaluation."""
+def at_step(rows: list[dict], name: str, key: str, step: int = STEPS) -> list[float]:
+    """One value per reported seed: the run's evaluation at `step` (the end by default)."""
     runs = trajectories(rows)
-    return [runs[name, s][-1][key] for s in SEEDS]
+    return [next(r[key] for r in runs[name, s] if r["step"] == step) for s in SEEDS]
 
 
 PAIRS = (("prm-grpo", "orm-grpo"), ("prm-ppo", "orm-ppo"), ("prm-grpo", "verifier"), ("orm-grpo", "verifier"),
          ("prm-ppo", "verifier"), ("orm-ppo", "verifier"))
-
-
-def kl_levels(rows: list[dict], names: tuple[str, ...]) -> list[float]:
-    """Two KLs every run of the named arms reaches: half and all of the least largest KL among them."""
-    least = min(max(r["kl"] for r in path) for (name, _), path in trajectories(rows).items() if name in names)
-    return [round(least * f, 3) for f in (0.5, 1.0)]
-
-
-def at_kl(rows: list[dict], name: str, level: float) -> list[float]:
-    """One value per reported seed: the share right where the run's own KL path first reaches `level`."""
-    runs = trajectories(rows)
-    return [compare.at_kl([r["kl"] for r in runs[name, s]], [r["correct"] for r in runs[name, s]], [level])[0]
-            for s in SEEDS]
 
 
 def tuning_table(tuning: list[dict]) -> None:
@@ -205,15 +192,15 @@ def ranges(rows: list[dict]) -> None:
 
 
 def comparisons(rows: list[dict]) -> list[compare.Comparison]:
-    """PAIRS in the held-out share right at the end, and the PRM - ORM pairs at matched KL (`kl_levels`,
-    each run read on its own path), paired over the seeds: one family, shown, its p-values unadjusted."""
-    matched = [(a, b, level) for a, b in PAIRS[:2] for level in kl_levels(rows, (a, b))]
-    family = compare.family([compare.paired(at_end(rows, a, "correct"), at_end(rows, b, "correct"), (a, b))
-                             for a, b in PAIRS]
-                            + [compare.paired(at_kl(rows, a, level), at_kl(rows, b, level), (a, b))
-                               for a, b, level in matched], adjust=False)
+    """PAIRS in the held-out share right at the end, and the PRM - ORM pairs at the first evaluation
+    (EVAL_EVERY), paired over the seeds: one family, shown, its p-values unadjusted. Not at matched
+    KL: on some seed each PRM arm's first evaluation is already past the largest KL that one of its
+    ORM arm's runs ever reaches, so no common KL has evaluations on both sides in every run."""
+    family = compare.family([compare.paired(at_step(rows, a, "correct", step), at_step(rows, b, "correct", step), (a, b))
+                             for step, pairs in ((STEPS, PAIRS), (EVAL_EVERY, PAIRS[:2])) for a, b in pairs],
+                            adjust=False)
     compare.table(family, f"held-out share right, paired over {len(SEEDS)} seeds",
-                  labels=[f"at step {STEPS}"] * len(PAIRS) + [f"at KL {level:g}" for _, _, level in matched])
+                  labels=[f"at step {STEPS}"] * len(PAIRS) + [f"at step {EVAL_EVERY}"] * 2)
     return family
 
 
@@ -230,9 +217,10 @@ def report(rows: list[dict], tuning: list[dict]) -> None:
 
 
 def resumed(name: str, jobs: list[tuple[str, int, float]], workers: int) -> list[dict]:
-    """The CSV's rows, if it exists, and the rows of the jobs it lacks, which are run (a resumed
-    sweep runs only those), written back in the arms' order."""
+    """The rows of `jobs`: those the CSV holds, if it exists, and those of the jobs it lacks, which are
+    run (a resumed sweep runs only those); written back in the arms' order."""
     rows = read_rows(name) if (HERE / f"{name}.csv").exists() else []
+    rows = [r for r in rows if (r["run"], r["seed"], r["lr"]) in jobs]  # a job no longer asked for goes
     done = {(r["run"], r["seed"], r["lr"]) for r in rows}
     rows += run_all([job for job in jobs if job not in done], workers)
     write_rows(name, sorted(rows, key=lambda r: (ARMS.index(r["run"]), r["lr"], r["seed"], r["step"])))
