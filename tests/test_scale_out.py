@@ -25,6 +25,7 @@ import shlex
 import subprocess
 import sys
 import zipfile
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -162,8 +163,13 @@ def aborted_at_teardown(done: subprocess.CompletedProcess) -> bool:
     return done.returncode != 0 and "terminate called without an active exception" in done.stderr
 
 
-def check_trl_run(done: subprocess.CompletedProcess, out: Path, world_size: int) -> dict:
+def check_ended(done: subprocess.CompletedProcess, world_size: int) -> None:
+    """A run ended well: exit 0, or a multi-rank run's abort at teardown."""
     assert done.returncode == 0 or (world_size > 1 and aborted_at_teardown(done)), done.stderr[-3000:]
+
+
+def check_trl_run(done: subprocess.CompletedProcess, out: Path, world_size: int) -> dict:
+    check_ended(done, world_size)
     m = json.loads((out / "metrics.json").read_text())
     assert (m["world_size"], m["ranks"], m["steps"], m["completions_per_step"]) == (world_size, list(range(world_size)), 60, 128)
     assert (m["model_type"], m["position_fix"], m["chat_template"]) == ("gpt2", True, False)
@@ -179,11 +185,13 @@ def test_only_a_multi_rank_abort_at_teardown_is_let_through_to_the_result_checks
 
     teardown = ended(-6, "...\nterminate called without an active exception\n")
     assert aborted_at_teardown(teardown) and not aborted_at_teardown(ended(1, "Traceback ... ValueError"))
-    for done, world_size in ((teardown, 1), (ended(1, "Traceback ... ValueError"), 2)):
-        with pytest.raises(AssertionError):
-            check_trl_run(done, tmp_path, world_size)
-    with pytest.raises(FileNotFoundError):  # let through, the run's results are still read and checked
-        check_trl_run(teardown, tmp_path, world_size=2)
+    small = partial(check_small_run, model_type="llama", chat=False)
+    for check in (check_trl_run, small):  # both the course's GPT runs and the small models'
+        for done, world_size in ((teardown, 1), (ended(1, "Traceback ... ValueError"), 2)):
+            with pytest.raises(AssertionError):
+                check(done, tmp_path, world_size)
+        with pytest.raises(FileNotFoundError):  # let through, the run's results are still read and checked
+            check(teardown, tmp_path, world_size=2)
 
 
 @pytest.mark.slow
@@ -345,7 +353,7 @@ def small_llama(tmp_path_factory):
 
 
 def check_small_run(done, out: Path, world_size: int, model_type: str, chat: bool) -> dict:
-    assert done.returncode == 0, done.stderr[-3000:]
+    check_ended(done, world_size)
     m = json.loads((out / "metrics.json").read_text())
     assert (m["model_type"], m["chat_template"], m["position_fix"], m["world_size"]) == (model_type, chat, False, world_size)
     assert m["weights_equal_on_every_rank"] and m["weights_changed"], m
