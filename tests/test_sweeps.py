@@ -460,3 +460,54 @@ def test_process_rl_csvs_cover_every_job():
         assert all(got == list(range(0, script.STEPS + 1, script.EVAL_EVERY)) for got in runs.values())
         with open(SWEEPS / f"{name}.csv") as f:
             assert next(csv.reader(f)) == script.FIELDS
+
+
+def test_prm_csvs_cover_every_job():
+    """Lesson 14's process and outcome reward models over training seeds: the Monte Carlo PRM at every
+    rate on the tuning seed (beside the shipped cards' rows), the PRM and the ORM on every reported seed
+    at their tuned rates with every aggregation and n, the frames of each seed, every seed's label rows."""
+    script = load_script("prm")
+    tuning = script.read_rows("prm_tuning")
+    assert sorted((r["kind"], r["lr"]) for r in tuning) == sorted((k, lr) for k in script.KINDS for lr in script.GRID)
+    assert {r["seed"] for r in tuning} == {script.TUNING_SEED}
+    rates = script.tuned_rates(tuning)
+    aggregations = {"exact": script.prm.AGGREGATIONS, "orm": ("outcome",), "oracle": ("",), "first": ("",)}
+    want = {(k, a, s, rates.get(k, ""), t, n) for k, hows in aggregations.items() for a in hows for s in script.SEEDS
+            for t in script.steps.TERMS for n in script.NS}
+    got = [(r["kind"], r["aggregation"], r["seed"], r["lr"], r["terms"], r["n"]) for r in script.read_rows("prm")]
+    assert len(got) == len(set(got)) and set(got) == want
+    assert sorted((r["kind"], r["seed"], r["lr"], r["terms"]) for r in script.read_rows("prm_steps")) == sorted(
+        ("exact", s, rates["exact"], t) for s in script.SEEDS for t in script.steps.TERMS)
+    assert sorted((r["seed"], r["terms"], r["truth"]) for r in script.read_rows("prm_labels")) == sorted(
+        (s, t, y) for s in (script.TUNING_SEED, *script.SEEDS) for t in script.steps.TERMS for y in (0, 1))
+    for name, fields in script.FIELDS.items():
+        with open(SWEEPS / f"{name}.csv") as f:
+            assert next(csv.reader(f)) == fields
+
+
+@pytest.mark.slow
+def test_the_prm_sweeps_candidates_are_drawn_again_as_recorded():
+    """One reported seed's candidates, drawn again: their first-sample and any-of-n rows land on the
+    CSV's (identical on the machine that wrote it; another CPU's rounding can change a few samples)."""
+    script = load_script("prm")
+    recorded = {(r["kind"], r["terms"], r["n"]): r["correct"] for r in script.read_rows("prm") if r["seed"] == 1
+                and r["kind"] in ("oracle", "first")}
+    again = {(r["kind"], r["terms"], r["n"]): r["correct"] for r in script.frame_rows(1)}
+    assert again.keys() == recorded.keys()
+    assert all(again[k] == pytest.approx(v, abs=0.03) for k, v in recorded.items())
+
+
+@pytest.mark.slow
+@pytest.mark.minutes
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.seeds) for k in ("exact", "orm")])
+def test_retraining_one_prm_sweep_model_reproduces_its_rows(kind):
+    """One model of the first reported seed trained again (about 10 minutes of one core: `make seeds`):
+    its best-of-n rows, and the PRM's step AUC, land on the CSV's."""
+    script = load_script("prm")
+    seed, rate = script.SEEDS[0], script.tuned_rates(script.read_rows("prm_tuning"))[kind]
+    records = script.process_models.records(script.SHIPPED[kind], script.sampling_seed(seed))
+    rows = script.train_and_measure(kind, seed, rate, records)
+    for name, key in (("prm", "correct"), ("prm_steps", "auc")):
+        recorded = [r for r in script.read_rows(name) if (r["kind"], r["seed"]) == (kind, seed)]
+        assert len(rows[name]) == len(recorded)
+        assert all(got[key] == pytest.approx(r[key], abs=0.04) for got, r in zip(rows[name], recorded))

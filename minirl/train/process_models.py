@@ -55,25 +55,27 @@ def auc(right: list[float], wrong: list[float]) -> float:
 
 
 @functools.cache
-def completions(split: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def completions(split: str, seed: int = SAMPLING_SEED) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(prompts, completions): PER_PROMPT samples of the steps model for each prompt of `split`
-    ('train': the first TRAIN_PROMPTS of each size; 'val': the next VAL_PROMPTS), grouped by prompt."""
+    ('train': the first TRAIN_PROMPTS of each size; 'val': the next VAL_PROMPTS), grouped by prompt;
+    `seed` seeds the sampler (another seed: another draw of the same prompts' completions)."""
     validate.choice("split", split, ("train", "val"))
     policy, prompts, texts = load_model("steps"), [], []
     for terms in steps.TERMS:
         rows = steps.step_problems(terms, "train")
         chosen = rows[:TRAIN_PROMPTS] if split == "train" else rows[TRAIN_PROMPTS:TRAIN_PROMPTS + VAL_PROMPTS]
+        generator = torch.Generator().manual_seed(seed + terms + 100 * (split == "val"))
         out = sample(policy, [r["prompt"] for r in chosen], max_new_tokens=steps.MAX_NEW_TOKENS[terms],
-                     group_size=PER_PROMPT, generator=torch.Generator().manual_seed(SAMPLING_SEED + terms
-                                                                                    + 100 * (split == "val")))
+                     group_size=PER_PROMPT, generator=generator)
         prompts += out.prompts
         texts += out.texts
     return tuple(prompts), tuple(texts)
 
 
-def records(name: str) -> list[dict]:
-    """The training records of one shipped model: every step labelled (PRM) or the whole completion (ORM)."""
-    prompts, texts = completions("train")
+def records(name: str, seed: int = SAMPLING_SEED) -> list[dict]:
+    """The training records of one shipped model: every step labelled (PRM) or the whole completion
+    (ORM); `seed`: the completions' (`completions`)."""
+    prompts, texts = completions("train", seed)
     if name == "orm_steps":
         return [{"prompt": p, "steps": [c], "labels": [float(steps.final_correct(p, c))]} for p, c in zip(prompts, texts)]
     labelled = [{"prompt": p, "steps": completion_steps(c), "labels": [float(x) for x in steps.label_steps(p, c)]}
