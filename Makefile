@@ -89,7 +89,7 @@ unit: install
 slow: install
 	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist worksteal --durations=10 -m "slow and not seeds" tests
 
-# the further seeds of the recorded sweeps (lesson 12's GAIL, all six seeds, 5-10 CPU-minutes each; lesson 09's PPO pipeline, seeds 2-5; lesson 11's DPO, seed 2); not in `make test`
+# the further seeds of the recorded sweeps (lesson 12's GAIL, all six seeds, 5-10 CPU-minutes each; lesson 09's PPO pipeline, seeds 2-5; lesson 11's DPO, seed 2; lesson 14's PRM and ORM retrained on seed 1, about 10 minutes each); not in `make test`
 seeds: install
 	MINIRL_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist worksteal --durations=10 -m seeds tests
 
