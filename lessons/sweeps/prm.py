@@ -178,8 +178,8 @@ def shipped_tuning() -> list[dict]:
             for kind, name in SHIPPED.items() for row in process_model_card(name)["tuning"]]
 
 
-def tuned_rates(rows: list[dict]) -> dict[str, float]:
-    return {kind: compare.sweep_rate([r for r in rows if r["kind"] == kind], GRID, "val_pick", SEEDS) for kind in KINDS}
+def tuned_rates(rows: list[dict], kinds: tuple[str, ...] = KINDS) -> dict[str, float]:
+    return {kind: compare.sweep_rate([r for r in rows if r["kind"] == kind], GRID, "val_pick", SEEDS) for kind in kinds}
 
 
 def read_rows(name: str) -> list[dict]:
@@ -316,8 +316,7 @@ def main() -> None:
     with ProcessPoolExecutor(args.workers) as pool:
         data = dict(zip(seeds, pool.map(labelled, seeds)))
         print(f"labelled: {time.perf_counter() - start:.0f} s", file=sys.stderr)
-        known = {kind: compare.sweep_rate([r for r in shipped_tuning() if r["kind"] == kind], GRID, "val_pick", SEEDS)
-                 for kind in SHIPPED}
+        known = tuned_rates(shipped_tuning(), REPORTED)
         todo = [("mc_soft", TUNING_SEED, lr) for lr in GRID] + [(k, s, known[k]) for s in SEEDS for k in REPORTED]
         done = list(pool.map(run, *zip(*todo), [data[s][0][k] for k, s, _ in todo]))
         frames = [r for rows in pool.map(frame_rows, SEEDS) for r in rows]
