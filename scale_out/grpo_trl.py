@@ -16,8 +16,14 @@ model's context and a learning rate far from the model's size (read from its wei
 
 Held-out pass@1 and pass@`eval_samples` (300 prompts never in the corpus, plain sampling at temperature 1
 with Hugging Face `generate`, `max_completion_length` tokens) are measured before and after training,
-each rank sampling its share, through TRL's `unwrap_model_for_generation`: it gathers the weights that
-DeepSpeed ZeRO-3 partitions, before training and after. TRL scores the policy without position ids, which
+each rank sampling its share, through TRL's `unwrap_model_for_generation` (it gathers the weights that
+DeepSpeed ZeRO-3 partitions). The first evaluation runs when training begins (`on_train_begin`), after
+the trainer has placed the model: on its device and in its precision under DeepSpeed, which places it
+only then; the random state is put back afterwards, so training draws what it would have drawn. Each
+evaluation's device and dtype go into `metrics.json`. The trained model is saved to `<output_dir>/model`
+with its tokenizer (under ZeRO-3, its gathered 16-bit weights, as `accelerate_zero3.yaml` asks). A model
+given by path is loaded in bf16 when DeepSpeed trains it in bf16 on a GPU that has bf16 (its optimizer
+keeps fp32 master weights), in fp32 otherwise (`load_dtype`). TRL scores the policy without position ids, which
 shifts GPT-2's absolute positions under left padding: for a GPT-2 model the script makes it number
 positions from the mask (`minirl.lm.export.use_mask_positions`) unless told `--no_position_fix`; rotary
 models (Llama, Qwen) are unaffected. `<output_dir>/metrics.json` gets the figures, and checks that the
@@ -40,7 +46,7 @@ import torch  # noqa: E402
 from accelerate import PartialState  # noqa: E402
 from accelerate.utils import gather_object, set_seed  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import AutoConfig, AutoTokenizer  # noqa: E402
+from transformers import AutoConfig, AutoTokenizer, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer, TrlParser  # noqa: E402
 from trl.models.utils import unwrap_model_for_generation  # noqa: E402
 
@@ -97,26 +103,74 @@ def check_config(config: GRPOConfig, script: ScriptArguments, folder: str, token
     return n_params
 
 
+def load_dtype(config: GRPOConfig, deepspeed: bool, bf16_device: bool) -> str:
+    """The dtype TRL loads the model in, unless `model_init_kwargs` names one: "bfloat16" when DeepSpeed trains
+    in bf16 on a device with bf16 (DeepSpeed's optimizer keeps fp32 master weights, so the bf16 copy only
+    halves the memory of the load and of the weights), "float32" otherwise. Without DeepSpeed the optimizer
+    updates the loaded weights themselves, and a bf16 weight (8 bits of mantissa) cannot take a step of 1e-6
+    of its size: TRL's bf16 then runs fp32 weights under autocast."""
+    return "bfloat16" if config.bf16 and deepspeed and bf16_device else "float32"
+
+
+def uses_deepspeed() -> bool:
+    """True under `accelerate launch` with a DeepSpeed config (the launcher says so in the environment)."""
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+
+
+def bf16_device(config: GRPOConfig) -> bool:
+    """True if the training device is a CUDA GPU with bf16."""
+    return config.device.type == "cuda" and torch.cuda.is_bf16_supported()
+
+
+def sample_right(model, tokenizer, lines: list[str], chat: bool, samples: int, max_new_tokens: int,
+                 template_kwargs: dict | None = None) -> list[int]:
+    """Right answers out of `samples` completions of each line, in order, drawn by `model` on its device with
+    the current random state. Sampling is plain (temperature 1, no top-k, top-p or repetition penalty, as
+    TRL trains): none of the model's own generation defaults (Qwen's repetition penalty) leaks in."""
+    rows = [q for q in lines for _ in range(samples)]
+    texts = task.prompt_texts(tokenizer, rows, chat, template_kwargs)
+    batch = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left",
+                      add_special_tokens=not chat).to(model.device)
+    out = model.eval().generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0,
+                                max_new_tokens=max_new_tokens)
+    replies = tokenizer.batch_decode(out[:, batch["input_ids"].size(1):], skip_special_tokens=True)
+    right = task.score(rows, replies, chat)
+    return [int(sum(right[i:i + samples])) for i in range(0, len(right), samples)]
+
+
+def placement(model) -> dict[str, str]:
+    """Where a model's weights are and in what dtype, as metrics.json records them."""
+    weight = next(model.parameters())
+    return {"device": str(weight.device), "dtype": str(weight.dtype).removeprefix("torch.")}
+
+
 @torch.no_grad()
-def heldout_right(trainer, tokenizer, lines: list[str], chat: bool, samples: int, seed: int) -> list[int]:
-    """Right answers out of `samples` completions of each held-out line, in order: each rank samples its share
-    of the lines, every rank gets the whole list. Sampling is plain (temperature 1, no top-k, top-p or
-    repetition penalty, as TRL trains): none of the model's own generation defaults (Qwen's repetition
-    penalty) leaks in."""
+def heldout_right(trainer, tokenizer, lines: list[str], chat: bool, samples: int, seed: int) -> tuple[list[int], dict]:
+    """Right answers out of `samples` completions of each held-out line, in order, and where the model sampled
+    them: each rank samples its share of the lines (seeded `seed` + its rank), every rank gets the whole list.
+    The random state is restored afterwards, so training draws the same with or without an evaluation."""
     state = PartialState()
-    torch.manual_seed(seed + state.process_index)
-    with state.split_between_processes(lines) as mine, \
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices), state.split_between_processes(lines) as mine, \
             unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
-        rows = [q for q in mine for _ in range(samples)]
-        texts = task.prompt_texts(tokenizer, rows, chat, trainer.args.chat_template_kwargs)
-        batch = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left",
-                          add_special_tokens=not chat).to(model.device)
-        out = model.eval().generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0,
-                                    max_new_tokens=trainer.args.max_completion_length)
-        replies = tokenizer.batch_decode(out[:, batch["input_ids"].size(1):], skip_special_tokens=True)
-        right = task.score(rows, replies, chat)
-    per_prompt = [int(sum(right[i:i + samples])) for i in range(0, len(right), samples)]
-    return [n for shard in gather_object([per_prompt]) for n in shard]
+        torch.manual_seed(seed + state.process_index)
+        per_prompt = sample_right(model, tokenizer, mine, chat, samples, trainer.args.max_completion_length,
+                                  trainer.args.chat_template_kwargs)
+        where = placement(model)
+    return [n for shard in gather_object([per_prompt]) for n in shard], where
+
+
+class BeforeTraining(TrainerCallback):
+    """The held-out evaluation and the weights' digest when training begins, after the trainer has placed the
+    model (DeepSpeed places it, on its device and in its dtype, only inside `train()`)."""
+
+    def __init__(self, evaluate):
+        self.evaluate, self.result, self.seconds = evaluate, None, 0.0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        start = time.perf_counter()
+        self.result = self.evaluate()
+        self.seconds = time.perf_counter() - start
 
 
 def heldout_metrics(right: list[int], samples: int) -> dict[str, float]:
@@ -127,28 +181,36 @@ def heldout_metrics(right: list[int], samples: int) -> dict[str, float]:
             "below_half": round(sum(2 * r < samples for r in right) / n, 4)}
 
 
-def weights_digest(trainer) -> str:
-    """A hash of every weight, gathered where ZeRO-3 partitions them."""
+def digest(model) -> str:
+    """A hash of every weight of a model, in fp32: equal for a model and its saved and reloaded copy."""
     h = hashlib.sha256()
-    with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
-        for p in model.parameters():
-            h.update(p.detach().float().cpu().numpy().tobytes())
+    for p in model.parameters():
+        h.update(p.detach().float().cpu().numpy().tobytes())
     return h.hexdigest()[:16]
 
 
+def weights_digest(trainer) -> str:
+    """The digest of the trained model, its weights gathered where ZeRO-3 partitions them."""
+    with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+        return digest(model)
+
+
 def run_metrics(trainer, script: ScriptArguments, n_params: int, chat: bool, position_fix: bool, heldout: list[str],
-                before: list[int], after: list[int], digest_before: str, seconds: float) -> dict:
+                before: tuple[list[int], dict], after: tuple[list[int], dict], digest_before: str, seconds: float,
+                saved: str) -> dict:
     """What metrics.json records: the model, the ranks and their weights, the steps, pass@k before and
-    after, reward and KL over training, and the time."""
+    after and where each evaluation ran, reward and KL over training, the time, and where the model is saved."""
     state, config = PartialState(), trainer.args
     ranks, digests = gather_object([state.process_index]), gather_object([weights_digest(trainer)])
+    (before, before_at), (after, after_at) = before, after
     logs = [entry for entry in trainer.state.log_history if "reward" in entry]
     return {
         "model": script.model, "model_type": trainer.model.config.model_type, "parameters": n_params,
         "chat_template": chat, "reward_function": task.reward_function(chat).__name__, "position_fix": position_fix,
         "world_size": state.num_processes, "ranks": ranks, "weights_equal_on_every_rank": len(set(digests)) == 1,
-        "weights_changed": digests[0] != digest_before,
-        "seed": config.seed, "steps": trainer.state.global_step,
+        "weights_changed": digests[0] != digest_before, "weights_digest": digests[0],
+        "evaluation_before": before_at, "evaluation_after": after_at, "saved_model": saved,
+        "seed": config.seed, "steps": trainer.state.global_step, "max_completion_length": config.max_completion_length,
         "completions_per_step": config.per_device_train_batch_size * state.num_processes * config.gradient_accumulation_steps,
         "heldout_prompts": len(heldout), "eval_samples": script.eval_samples,
         **{f"{k}_before": v for k, v in heldout_metrics(before, script.eval_samples).items()},
@@ -175,6 +237,9 @@ def main():
     except ValueError as e:
         raise SystemExit(f"grpo_trl.py: {e}") from None
 
+    kwargs = dict(config.model_init_kwargs or {})
+    kwargs.setdefault("dtype", load_dtype(config, uses_deepspeed(), bf16_device(config)))
+    config.model_init_kwargs = kwargs
     trainer = GRPOTrainer(model=folder, reward_funcs=task.reward_function(chat), args=config,
                           train_dataset=Dataset.from_dict(task.columns("train", chat)), processing_class=tokenizer)
     position_fix = trainer.model.config.model_type == "gpt2" and not script.no_position_fix
@@ -183,14 +248,19 @@ def main():
             export.use_mask_positions(model)
 
     heldout = task.questions("test")
-    before = heldout_right(trainer, tokenizer, heldout, chat, script.eval_samples, config.seed)
-    digest_before = weights_digest(trainer)
-    set_seed(config.seed, device_specific=True)  # each rank's stream as TRL seeded it, as if nothing ran before training
+    before = BeforeTraining(lambda: (heldout_right(trainer, tokenizer, heldout, chat, script.eval_samples, config.seed),
+                                     weights_digest(trainer)))
+    trainer.add_callback(before)
+    set_seed(config.seed, device_specific=True)  # each rank's stream as TRL seeded it
     start = time.perf_counter()
     trainer.train()
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - start - before.seconds  # training alone
     after = heldout_right(trainer, tokenizer, heldout, chat, script.eval_samples, config.seed)
-    metrics = run_metrics(trainer, script, n_params, chat, position_fix, heldout, before, after, digest_before, seconds)
+    saved = str(Path(config.output_dir) / "model")
+    trainer.save_model(saved)  # every rank: under ZeRO-3 the weights are gathered to rank 0
+    (right_before, digest_before) = before.result
+    metrics = run_metrics(trainer, script, n_params, chat, position_fix, heldout, right_before, after, digest_before,
+                          seconds, saved)
     if state.is_main_process:
         (Path(config.output_dir) / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
         print(json.dumps({k: v for k, v in metrics.items() if k != "history"}))

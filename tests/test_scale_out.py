@@ -7,9 +7,11 @@ parser, each seen rejecting a planted misspelled key.
 - accelerate (accelerate_zero2/3.yaml): accelerate's ClusterConfig. It checks top-level keys only;
   `accelerate launch` copies each deepspeed_config entry onto its launch argument of that name and
   silently ignores a name it does not have, so those are checked against the launcher's arguments.
-- verl (verl_grpo.sh): Hydra composes verl's own ppo_trainer config (from the verl wheel that
-  `make install` downloads, not installed: verl pins an older transformers) with the script's
-  overrides, as `python -m verl.trainer.main_ppo` does; Hydra refuses a key verl does not have.
+- verl (verl_grpo.sh): scale_out/verl_check.py composes verl's own ppo_trainer config with the
+  script's overrides, as `python -m verl.trainer.main_ppo` does (Hydra refuses a key verl does not
+  have), and runs verl's validate_config on it; verl is installed without its dependencies in the
+  test environment (it pins an older transformers), its config modules' few imports beside it. verl's
+  loss functions with the script's settings give TRL's GRPO loss and gradient.
 
 The script on a second architecture (slow): scale_out/small_model.py builds a small Llama and a small
 Qwen2 with a chat template, offline; the script trains the Llama as one process and as two ranks, and
@@ -20,11 +22,8 @@ published shape (its parameter count from its config on the meta device) and cha
 gpu extra's pins against TRL's own ranges and the recorded resolution (scale_out/gpu_resolution.txt).
 """
 import json
-import re
-import shlex
 import subprocess
 import sys
-import zipfile
 from functools import partial
 from pathlib import Path
 
@@ -34,7 +33,6 @@ pytest.importorskip("trl")
 ROOT = Path(__file__).resolve().parents[1]
 SCALE_OUT = ROOT / "scale_out"
 sys.path.insert(0, str(SCALE_OUT))
-VERL_WHEEL = Path(sys.prefix) / "wheels" / "verl-0.9.1-py3-none-any.whl"
 import arithmetic_task as task  # noqa: E402
 import model_checks  # noqa: E402
 
@@ -97,40 +95,66 @@ def test_accelerate_deepspeed_configs_parse_and_refuse_misspelled_keys(stage, tm
         accelerate_check(nested)  # ... and the launcher has no such argument
 
 
-def verl_overrides(script: Path) -> list[str]:
-    """The key=value overrides of the `python -m verl.trainer.main_ppo` command in the script."""
-    text = script.read_text()
-    command = text[text.index("python -m verl.trainer.main_ppo"):].replace("\\\n", " ")
-    return [t for t in shlex.split(command) if re.match(r"^[\w.]+=", t)]
-
-
-def verl_compose(config_dir: Path, overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-        return compose("ppo_trainer", overrides=overrides)
-
-
 @pytest.fixture(scope="module")
-def verl_config_dir(tmp_path_factory):
-    pytest.importorskip("hydra", reason="hydra-core is in the dev extra: make install")
-    if not VERL_WHEEL.exists():
-        pytest.skip(f"verl's wheel is not at {VERL_WHEEL}: make install downloads it")
-    out = tmp_path_factory.mktemp("verl")
-    with zipfile.ZipFile(VERL_WHEEL) as wheel:
-        wheel.extractall(out, [n for n in wheel.namelist() if n.startswith("verl/trainer/config/") and n.endswith(".yaml")])
-    return out / "verl" / "trainer" / "config"
+def verl_check():
+    pytest.importorskip("verl", reason="verl (installed without its dependencies) is in make install's environment")
+    import verl_check
+    return verl_check
 
 
-def test_verl_overrides_compose_with_verls_config_and_a_misspelled_key_is_refused(verl_config_dir, tmp_path):
+def test_verl_accepts_the_script_by_its_own_checks_and_refuses_a_bad_setting(verl_check, tmp_path):
+    """scale_out/verl_check.py, as a practitioner runs it, and its pieces: Hydra on verl's shipped config
+    refuses a misspelled key; verl's validate_config refuses a mini-batch larger than the step's batch."""
     from hydra.errors import ConfigCompositionException
-    overrides = verl_overrides(SCALE_OUT / "verl_grpo.sh")
-    assert len(overrides) == 30
-    cfg = verl_compose(verl_config_dir, overrides)
+    done = subprocess.run([sys.executable, str(SCALE_OUT / "verl_check.py")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "verl 0.9.1 accepts verl_grpo.sh with 43 overrides" in done.stdout, done.stderr[-3000:]
+    cfg = verl_check.compose()
     assert (cfg.algorithm.adv_estimator, cfg.actor_rollout_ref.rollout.name, cfg.actor_rollout_ref.rollout.n) == ("grpo", "vllm", 8)
+    assert (cfg.trainer.test_freq, cfg.trainer.save_freq, cfg.actor_rollout_ref.rollout.val_kwargs.n) == (25, 50, 8)
+    assert "hf_model" in cfg.actor_rollout_ref.actor.checkpoint.save_contents
     assert cfg.reward.custom_reward_function.path == "scale_out/verl_reward.py"
     bad = misspelled(SCALE_OUT / "verl_grpo.sh", "kl_loss_coef=", "kl_loss_coeff=", tmp_path)
     with pytest.raises(ConfigCompositionException, match="kl_loss_coeff"):
-        verl_compose(verl_config_dir, verl_overrides(bad))
+        verl_check.compose(script=bad)
+    with pytest.raises(ValueError, match=r"train_batch_size \(16\) must be >= actor.ppo_mini_batch_size \(32\)"):
+        verl_check.validate(verl_check.compose(["actor_rollout_ref.actor.ppo_mini_batch_size=32"]))
+
+
+def test_verls_loss_under_the_script_is_trls_grpo_loss(verl_check):
+    """On one on-policy batch of ragged completions, verl's own functions with the script's settings
+    (seq-mean-token-mean, KL k3+ x 0.04) give the loss and gradient of TRL's loss_type "grpo" with its default
+    use_bias_correction_kl, here minirl's grpo_loss with kl_ratio_weight (tests/test_trl_reference.py checks
+    it against TRL's own). verl's defaults (token-mean, low_var_kl) give other gradients."""
+    import torch
+    from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
+
+    from minirl.core import losses
+    cfg = verl_check.compose().actor_rollout_ref.actor
+    g = torch.Generator().manual_seed(0)
+    B, T = 8, 6
+    start = torch.randn(B, T, generator=g) - 1.0
+    ref, advantages = start + 0.5 * torch.randn(B, T, generator=g), torch.randn(B, generator=g)
+    mask = torch.ones(B, T)
+    mask[1, 2:], mask[5, 4:] = 0, 0
+
+    def grad(loss_of):
+        logp = start.clone().requires_grad_()
+        loss = loss_of(logp)
+        loss.backward()
+        return loss.item(), logp.grad
+
+    def verl(logp, agg_mode, kl_type):
+        ratio = (logp - logp.detach()).exp()  # on-policy: one update per step
+        per_token = -advantages[:, None] * ratio + cfg.kl_loss_coef * kl_penalty(logp, ref, kl_type)
+        return agg_loss(per_token, mask, agg_mode)
+
+    trl = grad(lambda lp: losses.grpo_loss(lp, lp.detach(), ref, advantages, mask, beta=0.04, kl_ratio_weight=True)[0])
+    ours = grad(lambda lp: verl(lp, cfg.loss_agg_mode, cfg.kl_loss_type))
+    assert (cfg.loss_agg_mode, cfg.kl_loss_type) == ("seq-mean-token-mean", "k3+")
+    assert ours[0] == pytest.approx(trl[0], abs=1e-6) and torch.allclose(ours[1], trl[1], atol=1e-6)
+    for agg_mode, kl_type in (("token-mean", cfg.kl_loss_type), (cfg.loss_agg_mode, "low_var_kl")):
+        assert not torch.allclose(grad(lambda lp: verl(lp, agg_mode, kl_type))[1], trl[1], atol=1e-3)
 
 
 def test_verl_reward_is_the_course_reward_on_verls_rows():
@@ -168,9 +192,31 @@ def check_ended(done: subprocess.CompletedProcess, world_size: int) -> None:
     assert done.returncode == 0 or (world_size > 1 and aborted_at_teardown(done)), done.stderr[-3000:]
 
 
+CPU_FP32 = {"device": "cpu", "dtype": "float32"}
+
+
+def check_saved(out: Path, m: dict) -> None:
+    """The saved model is the trained one: the same weights' digest, and for a one-process run the same held-out
+    right answers from the same seed (the script's own sampler, on the reloaded copy)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_trl import digest, heldout_metrics, sample_right
+    assert Path(m["saved_model"]) == out / "model"
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(out / "model"), AutoTokenizer.from_pretrained(out / "model")
+    assert digest(model) == m["weights_digest"]
+    if m["world_size"] == 1:
+        torch.manual_seed(m["seed"])
+        right = sample_right(model, tokenizer, task.questions("test"), m["chat_template"], m["eval_samples"],
+                             m["max_completion_length"])
+        assert heldout_metrics(right, m["eval_samples"])["pass@1"] == m["pass@1_after"]
+
+
 def check_trl_run(done: subprocess.CompletedProcess, out: Path, world_size: int) -> dict:
     check_ended(done, world_size)
     m = json.loads((out / "metrics.json").read_text())
+    assert m["evaluation_before"] == m["evaluation_after"] == CPU_FP32, m
+    check_saved(out, m)
     assert (m["world_size"], m["ranks"], m["steps"], m["completions_per_step"]) == (world_size, list(range(world_size)), 60, 128)
     assert (m["model_type"], m["position_fix"], m["chat_template"]) == ("gpt2", True, False)
     assert m["weights_equal_on_every_rank"] and m["weights_changed"]  # gradients averaged across the ranks
@@ -213,6 +259,34 @@ def test_accelerate_cpu_launch_gives_one_rank_and_the_script_says_so(tmp_path):
     accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2"]
     done = run_script(accelerate, tmp_path, "--max_steps", "1", "--expect_world_size", "2")
     assert done.returncode != 0 and "expected 2 ranks, the launch gave 1" in done.stdout + done.stderr
+
+
+def test_a_model_by_path_loads_in_bf16_only_where_deepspeed_keeps_fp32_master_weights():
+    from trl import GRPOConfig
+
+    from grpo_trl import load_dtype
+    bf16, fp32 = GRPOConfig(output_dir="unused", use_cpu=True, bf16=False), GRPOConfig(output_dir="unused", use_cpu=True, bf16=False)
+    bf16.bf16 = True  # GRPOConfig checks bf16 against this machine; the choice only reads the flag
+    assert load_dtype(bf16, deepspeed=True, bf16_device=True) == "bfloat16"
+    for config, deepspeed, device in ((bf16, False, True), (bf16, True, False), (fp32, True, True)):
+        assert load_dtype(config, deepspeed, device) == "float32"
+
+
+def test_a_bf16_weight_does_not_take_a_step_of_a_millionth_of_its_size():
+    """Why the script loads fp32 weights where the optimizer updates them itself: bf16 keeps an 8-bit
+    significand, so a weight moves only by a step above about 1/256 of its size (half its spacing), and
+    TRL's rate of 1e-6 makes Adam steps of about 1e-6. The same AdamW step on the same weights of an
+    initialised layer's scale, in bf16 and in fp32: only the weights nearest 0 move in bf16."""
+    import torch
+    weights = torch.randn(10_000, generator=torch.Generator().manual_seed(0)) * 0.02  # an initialised layer's scale
+    moved = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        w = torch.nn.Parameter(weights.to(dtype, copy=True))
+        optimizer = torch.optim.AdamW([w], lr=1e-6, weight_decay=0.0)
+        w.grad = torch.randn(10_000, generator=torch.Generator().manual_seed(1)).to(dtype)
+        optimizer.step()
+        moved[dtype] = (w.detach() != weights.to(dtype)).float().mean().item()
+    assert moved[torch.float32] == 1.0 and moved[torch.bfloat16] < 0.05, moved  # 2.1% here
 
 
 # ---------------------------------------------------------------- the checks of a config against its model
@@ -339,6 +413,29 @@ def test_the_gpu_extra_resolves_within_trls_ranges_as_recorded():
             assert req.specifier.contains(pins[name]), (req, pins[name])
 
 
+def test_verls_environment_resolves_to_verls_own_pins_and_takes_minirl():
+    """verl's install line (scale_out/verl_resolution.txt's header, repeated in scale_out/README.md) resolved
+    as recorded: verl's vllm extra's exact pins (from verl's own metadata, in the test environment), minirl
+    with it, and torch inside minirl's range."""
+    pytest.importorskip("verl", reason="verl (installed without its dependencies) is in make install's environment")
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+    text = (SCALE_OUT / "verl_resolution.txt").read_text()
+    line = 'pip install "verl[vllm]==0.9.1" -e .'
+    assert line in text and line in (SCALE_OUT / "README.md").read_text()
+    recorded = {name.lower(): version for name, version in
+                (row.split("==") for row in text.splitlines() if row and not row.startswith("#"))}
+    extra = [Requirement(r) for r in requires("verl") if 'extra == "vllm"' in r]
+    pinned = {r.name: str(r.specifier).removeprefix("==") for r in extra if str(r.specifier).startswith("==")}
+    assert pinned == {"torch": "2.11.0", "torchvision": "0.26.0", "torchaudio": "2.11.0", "vllm": "0.24.0",
+                      "transformers": "5.9.0"}
+    assert all(recorded[name] == version for name, version in pinned.items())
+    assert recorded["verl"] == "0.9.1" and recorded["minirl"] == "0.1.0" and "flash-attn" not in recorded
+    minirl_torch = next(Requirement(r) for r in requires("minirl") if r.startswith("torch"))
+    assert minirl_torch.specifier.contains(recorded["torch"])
+
+
 # ---------------------------------------------------------------- a second architecture, and the checks in the script
 def build_small(folder: Path, *args: str) -> Path:
     done = subprocess.run([sys.executable, str(SCALE_OUT / "small_model.py"), str(folder), *args], cwd=ROOT,
@@ -357,6 +454,8 @@ def check_small_run(done, out: Path, world_size: int, model_type: str, chat: boo
     m = json.loads((out / "metrics.json").read_text())
     assert (m["model_type"], m["chat_template"], m["position_fix"], m["world_size"]) == (model_type, chat, False, world_size)
     assert m["weights_equal_on_every_rank"] and m["weights_changed"], m
+    assert m["evaluation_before"] == m["evaluation_after"] == CPU_FP32, m  # both where training ran, in its dtype
+    check_saved(out, m)
     return m
 
 
@@ -380,6 +479,7 @@ def test_a_small_qwen2_with_a_chat_template_runs_the_conversational_path(tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert (m["model_type"], m["chat_template"], m["reward_function"], m["steps"]) == ("qwen2", True, "arithmetic_chat_reward", 2)
+    check_saved(tmp_path / "run", m)  # the chat template saved with it
 
 
 @pytest.mark.slow
