@@ -1,6 +1,6 @@
-"""Items 2 and 3 of the course's GPU checklist, in one run on one CUDA GPU.
+"""Items 2 and 3 of the course's GPU checklist, and the scale-out path, in one run on one CUDA GPU.
 
-    python benchmarks/gpu_checklist.py [--out DIR]   # writes sampler_gpu.json, grpo_gpu.json, memory_gpu.json
+    python benchmarks/gpu_checklist.py [--out DIR]   # sampler_gpu.json, grpo_gpu.json, memory_gpu.json, scale_out_gpu.json
 
 Item 2: the sampler against HF `generate()`, and one GRPO step against TRL's `GRPOTrainer`, at the
 CPU benchmarks' pinned setting (width 128, 4 layers, vocabulary 512, fp32) and at GPT-2-small size
@@ -15,15 +15,23 @@ bytes per parameter, as the mixed-precision count), frozen ones in bf16 (2 bytes
 `torch.cuda.memory_allocated` after the step (model states, what the estimate counts) and
 `max_memory_allocated` during it (activations and logits of the stated batch on top).
 
+The scale-out path: `scale_out/grpo_trl.py` trains the small Llama of `scale_out/small_model.py` for 8 steps
+on the GPU (grpo_cpu.yaml's settings, bf16), plain and under DeepSpeed ZeRO-2 and ZeRO-3 (accelerate_zero2/3.yaml
+with one process; skipped where DeepSpeed is not installed). Per run: where each held-out evaluation ran (the
+GPU, float32 weights under autocast plain, bfloat16 under DeepSpeed), pass@1 before and after, seconds per step,
+and whether the saved model reloads with the trained weights.
+
 Each section writes its file as soon as it ends, so a run cut short keeps what it finished.
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -267,7 +275,49 @@ def memory_section():
             [measured_memory(a, 4, 128) for a in ("ppo", "grpo", "dpo")])
 
 
-SECTIONS = {"sampler": sampler_section, "grpo": grpo_section, "memory": memory_section}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def scale_out_run(name: str, launcher: list[str], model: Path, out: Path) -> dict:
+    """One run of scale_out/grpo_trl.py on the GPU, and what its metrics.json and saved model show."""
+    from transformers import AutoModelForCausalLM
+    sys.path.insert(0, str(ROOT / "scale_out"))
+    from grpo_trl import digest
+    command = [*launcher, str(ROOT / "scale_out" / "grpo_trl.py"), "--config", str(ROOT / "scale_out" / "grpo_cpu.yaml"),
+               "--use_cpu", "false", "--bf16", "true", "--model", str(model), "--max_steps", "8", "--output_dir", str(out)]
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    row = {"run": name, "returncode": done.returncode, "wall_seconds": round(time.perf_counter() - start, 1)}
+    if done.returncode != 0:
+        return {**row, "stderr_tail": done.stderr[-2000:]}
+    m = json.loads((out / "metrics.json").read_text())
+    keep = ("evaluation_before", "evaluation_after", "pass@1_before", "pass@1_after", "seconds_per_step", "steps",
+            "weights_changed")
+    saved = AutoModelForCausalLM.from_pretrained(out / "model")
+    return {**row, **{k: m[k] for k in keep}, "saved_model_is_the_trained_one": digest(saved) == m["weights_digest"]}
+
+
+def scale_out_section():
+    work = Path(tempfile.mkdtemp())
+    model = work / "small_llama"
+    subprocess.run([sys.executable, str(ROOT / "scale_out" / "small_model.py"), str(model), "--layout", "llama"],
+                   cwd=ROOT, check=True, timeout=600)
+    runs = [scale_out_run("one GPU, plain", [sys.executable], model, work / "plain")]
+    for stage in (2, 3):
+        if importlib.util.find_spec("deepspeed") is None:
+            runs.append({"run": f"ZeRO-{stage}", "skipped": "DeepSpeed is not installed"})
+            continue
+        config = work / f"zero{stage}.yaml"
+        text = (ROOT / "scale_out" / f"accelerate_zero{stage}.yaml").read_text()
+        config.write_text(text.replace("num_processes: 8", "num_processes: 1"))
+        launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
+        runs.append(scale_out_run(f"one GPU, DeepSpeed ZeRO-{stage}", launcher, model, work / f"zero{stage}"))
+    return ("scale_out_gpu.json", "scale_out/grpo_trl.py on the small Llama (scale_out/small_model.py), 8 GRPO steps "
+            "of 128 completions on one GPU, grpo_cpu.yaml's settings in bf16: plain, and under accelerate's DeepSpeed "
+            "ZeRO-2 and ZeRO-3 configs with one process", runs)
+
+
+SECTIONS = {"sampler": sampler_section, "grpo": grpo_section, "memory": memory_section, "scale_out": scale_out_section}
 
 if __name__ == "__main__":
     main()

@@ -5,13 +5,16 @@ model or any Hugging Face causal LM: the path from lesson 06 to a cluster (lesso
     torchrun --nproc_per_node 2 scale_out/grpo_trl.py --config scale_out/grpo_cpu.yaml \
         --output_dir runs/trl2 --gradient_accumulation_steps 1 --expect_world_size 2
     python scale_out/grpo_trl.py --config scale_out/grpo_cpu.yaml --model runs/small_llama --output_dir runs/llama
+    python scale_out/grpo_trl.py --config scale_out/grpo_cpu.yaml --model runs/small_llama \
+        --task_data runs/my_task --verifier runs/my_task/verifier.py:verify --output_dir runs/my_run
 
 `--model course` (the default): rank 0 exports the course's base model and tokenizer to
 `<output_dir>/base` (`minirl.lm.export.save`). Otherwise `--model` is a local folder or the name of a
 model already in the Hugging Face cache: everything is read offline (HF_HUB_OFFLINE=1 is set here;
-download a Hub model first, scale_out/README.md). The task's prompts are rendered for the model
+download a Hub model first, docs/cluster.md). The task's prompts are rendered for the model
 (`arithmetic_task`: a chat model reads them through its chat template) and scored by the course's
-verifier. Before the trainer (and vLLM) start, `model_checks` refuses completions that cannot fit the
+verifier, or with `--task_data` and `--verifier`, your own prompts and verifier (`jsonl_task`). Before the
+trainer (and vLLM) start, `model_checks` refuses completions that cannot fit the
 model's context and a learning rate far from the model's size (read from its weight files' headers).
 
 Held-out pass@1 and pass@`eval_samples` (300 prompts never in the corpus, plain sampling at temperature 1
@@ -51,8 +54,9 @@ from trl import GRPOConfig, GRPOTrainer, TrlParser  # noqa: E402
 from trl.models.utils import unwrap_model_for_generation  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import arithmetic_task as task  # noqa: E402
+import arithmetic_task  # noqa: E402
 import model_checks  # noqa: E402
+from jsonl_task import JsonlTask  # noqa: E402
 
 import minirl  # noqa: E402
 from minirl.lm import export  # noqa: E402
@@ -65,6 +69,16 @@ class ScriptArguments:
     eval_samples: int = 8  # completions per held-out prompt (pass@1 and pass@eval_samples)
     no_position_fix: bool = False  # leave TRL's training forward numbering GPT-2's left padding (to see why not)
     any_learning_rate: bool = False  # skip the check of the learning rate against the model's size
+    task_data: str = ""  # a folder with train.jsonl and test.jsonl of your own prompts (scale_out/jsonl_task.py)
+    verifier: str = ""  # with task_data: path/to/file.py:function, verify(reply, answer) -> reward
+
+
+def load_task(script: ScriptArguments):
+    """The course's arithmetic task, or yours from `--task_data` and `--verifier` (both or neither)."""
+    if bool(script.task_data) != bool(script.verifier):
+        raise ValueError("give --task_data and --verifier together (your prompts and the function that scores "
+                         "replies to them), or neither for the course's arithmetic task")
+    return JsonlTask(script.task_data, script.verifier) if script.task_data else arithmetic_task
 
 
 def model_folder(script: ScriptArguments, output_dir: str) -> str:
@@ -85,10 +99,10 @@ def load_tokenizer(folder: str):
         return AutoTokenizer.from_pretrained(folder)
     except OSError as e:
         raise SystemExit(f"cannot read a tokenizer from {folder!r} offline ({e.__class__.__name__}): give a local folder, "
-                         f"or download a Hub model first (hf download {folder}), as scale_out/README.md shows") from None
+                         f"or download a Hub model first (hf download {folder}), as docs/cluster.md shows") from None
 
 
-def check_config(config: GRPOConfig, script: ScriptArguments, folder: str, tokenizer, chat: bool) -> int:
+def check_config(config: GRPOConfig, script: ScriptArguments, folder: str, tokenizer, chat: bool, task) -> int:
     """The lengths against the model's context and the learning rate against its size, before the trainer
     (and vLLM) start; returns the model's parameter count."""
     lines = task.questions("train") + task.questions("test")
@@ -123,7 +137,7 @@ def bf16_device(config: GRPOConfig) -> bool:
 
 
 def sample_right(model, tokenizer, lines: list[str], chat: bool, samples: int, max_new_tokens: int,
-                 template_kwargs: dict | None = None) -> list[int]:
+                 template_kwargs: dict | None = None, task=arithmetic_task) -> list[int]:
     """Right answers out of `samples` completions of each line, in order, drawn by `model` on its device with
     the current random state. Sampling is plain (temperature 1, no top-k, top-p or repetition penalty, as
     TRL trains): none of the model's own generation defaults (Qwen's repetition penalty) leaks in."""
@@ -145,7 +159,8 @@ def placement(model) -> dict[str, str]:
 
 
 @torch.no_grad()
-def heldout_right(trainer, tokenizer, lines: list[str], chat: bool, samples: int, seed: int) -> tuple[list[int], dict]:
+def heldout_right(trainer, tokenizer, lines: list[str], chat: bool, samples: int, seed: int,
+                  task) -> tuple[list[int], dict]:
     """Right answers out of `samples` completions of each held-out line, in order, and where the model sampled
     them: each rank samples its share of the lines (seeded `seed` + its rank), every rank gets the whole list.
     The random state is restored afterwards, so training draws the same with or without an evaluation."""
@@ -155,7 +170,7 @@ def heldout_right(trainer, tokenizer, lines: list[str], chat: bool, samples: int
             unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
         torch.manual_seed(seed + state.process_index)
         per_prompt = sample_right(model, tokenizer, mine, chat, samples, trainer.args.max_completion_length,
-                                  trainer.args.chat_template_kwargs)
+                                  trainer.args.chat_template_kwargs, task)
         where = placement(model)
     return [n for shard in gather_object([per_prompt]) for n in shard], where
 
@@ -195,7 +210,7 @@ def weights_digest(trainer) -> str:
         return digest(model)
 
 
-def run_metrics(trainer, script: ScriptArguments, n_params: int, chat: bool, position_fix: bool, heldout: list[str],
+def run_metrics(trainer, script: ScriptArguments, task, n_params: int, chat: bool, position_fix: bool, heldout: list[str],
                 before: tuple[list[int], dict], after: tuple[list[int], dict], digest_before: str, seconds: float,
                 saved: str) -> dict:
     """What metrics.json records: the model, the ranks and their weights, the steps, pass@k before and
@@ -206,6 +221,7 @@ def run_metrics(trainer, script: ScriptArguments, n_params: int, chat: bool, pos
     logs = [entry for entry in trainer.state.log_history if "reward" in entry]
     return {
         "model": script.model, "model_type": trainer.model.config.model_type, "parameters": n_params,
+        "task": script.task_data or "arithmetic",
         "chat_template": chat, "reward_function": task.reward_function(chat).__name__, "position_fix": position_fix,
         "world_size": state.num_processes, "ranks": ranks, "weights_equal_on_every_rank": len(set(digests)) == 1,
         "weights_changed": digests[0] != digest_before, "weights_digest": digests[0],
@@ -229,11 +245,15 @@ def main():
     state = PartialState()
     if script.expect_world_size and state.num_processes != script.expect_world_size:
         raise SystemExit(f"expected {script.expect_world_size} ranks, the launch gave {state.num_processes}")
+    try:
+        task = load_task(script)
+    except ValueError as e:
+        raise SystemExit(f"grpo_trl.py: {e}") from None
     folder = model_folder(script, config.output_dir)
     tokenizer = load_tokenizer(folder)
-    chat = task.is_chat(tokenizer)
+    chat = arithmetic_task.is_chat(tokenizer)
     try:
-        n_params = check_config(config, script, folder, tokenizer, chat)
+        n_params = check_config(config, script, folder, tokenizer, chat, task)
     except ValueError as e:
         raise SystemExit(f"grpo_trl.py: {e}") from None
 
@@ -248,19 +268,19 @@ def main():
             export.use_mask_positions(model)
 
     heldout = task.questions("test")
-    before = BeforeTraining(lambda: (heldout_right(trainer, tokenizer, heldout, chat, script.eval_samples, config.seed),
-                                     weights_digest(trainer)))
+    before = BeforeTraining(lambda: (heldout_right(trainer, tokenizer, heldout, chat, script.eval_samples, config.seed,
+                                                   task), weights_digest(trainer)))
     trainer.add_callback(before)
     set_seed(config.seed, device_specific=True)  # each rank's stream as TRL seeded it
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start - before.seconds  # training alone
-    after = heldout_right(trainer, tokenizer, heldout, chat, script.eval_samples, config.seed)
+    after = heldout_right(trainer, tokenizer, heldout, chat, script.eval_samples, config.seed, task)
     saved = str(Path(config.output_dir) / "model")
     trainer.save_model(saved)  # every rank: under ZeRO-3 the weights are gathered to rank 0
     (right_before, digest_before) = before.result
-    metrics = run_metrics(trainer, script, n_params, chat, position_fix, heldout, right_before, after, digest_before,
-                          seconds, saved)
+    metrics = run_metrics(trainer, script, task, n_params, chat, position_fix, heldout, right_before, after,
+                          digest_before, seconds, saved)
     if state.is_main_process:
         (Path(config.output_dir) / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
         print(json.dumps({k: v for k, v in metrics.items() if k != "history"}))

@@ -414,7 +414,7 @@ def test_the_gpu_extra_resolves_within_trls_ranges_as_recorded():
 
 
 def test_verls_environment_resolves_to_verls_own_pins_and_takes_minirl():
-    """verl's install line (scale_out/verl_resolution.txt's header, repeated in scale_out/README.md) resolved
+    """verl's install line (scale_out/verl_resolution.txt's header, repeated in docs/cluster.md) resolved
     as recorded: verl's vllm extra's exact pins (from verl's own metadata, in the test environment), minirl
     with it, and torch inside minirl's range."""
     pytest.importorskip("verl", reason="verl (installed without its dependencies) is in make install's environment")
@@ -423,7 +423,7 @@ def test_verls_environment_resolves_to_verls_own_pins_and_takes_minirl():
     from packaging.requirements import Requirement
     text = (SCALE_OUT / "verl_resolution.txt").read_text()
     line = 'pip install "verl[vllm]==0.9.1" -e .'
-    assert line in text and line in (SCALE_OUT / "README.md").read_text()
+    assert line in text and line in (ROOT / "docs" / "cluster.md").read_text()
     recorded = {name.lower(): version for name, version in
                 (row.split("==") for row in text.splitlines() if row and not row.startswith("#"))}
     extra = [Requirement(r) for r in requires("verl") if 'extra == "vllm"' in r]
