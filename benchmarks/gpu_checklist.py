@@ -286,7 +286,10 @@ def scale_out_run(name: str, launcher: list[str], model: Path, out: Path) -> dic
     command = [*launcher, str(ROOT / "scale_out" / "grpo_trl.py"), "--config", str(ROOT / "scale_out" / "grpo_cpu.yaml"),
                "--use_cpu", "false", "--bf16", "true", "--model", str(model), "--max_steps", "8", "--output_dir", str(out)]
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:  # a row saying so, and the other runs still measured
+        return {"run": name, "timed_out_after_seconds": 300}
     row = {"run": name, "returncode": done.returncode, "wall_seconds": round(time.perf_counter() - start, 1)}
     if done.returncode != 0:
         return {**row, "stderr_tail": done.stderr[-2000:]}

@@ -121,14 +121,16 @@ def load_dtype(config: GRPOConfig, deepspeed: bool, bf16_device: bool) -> str:
     """The dtype TRL loads the model in, unless `model_init_kwargs` names one: "bfloat16" when DeepSpeed trains
     in bf16 on a device with bf16 (DeepSpeed's optimizer keeps fp32 master weights, so the bf16 copy only
     halves the memory of the load and of the weights), "float32" otherwise. Without DeepSpeed the optimizer
-    updates the loaded weights themselves, and a bf16 weight (8 bits of mantissa) cannot take a step of 1e-6
-    of its size: TRL's bf16 then runs fp32 weights under autocast."""
+    updates the loaded weights themselves, and a bf16 weight (an 8-bit significand) moves only by steps above
+    about 1/256 of its size, while Adam's steps at a rate of 1e-6 are about 1e-6 (a few 1e-5 of a typical
+    weight): TRL's bf16 then runs fp32 weights under autocast."""
     return "bfloat16" if config.bf16 and deepspeed and bf16_device else "float32"
 
 
-def uses_deepspeed() -> bool:
-    """True under `accelerate launch` with a DeepSpeed config (the launcher says so in the environment)."""
-    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+def uses_deepspeed(config: GRPOConfig) -> bool:
+    """True under `accelerate launch` with a DeepSpeed config (the launcher says so in the environment) or with
+    a DeepSpeed file given to the script (`--deepspeed ds.json`)."""
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true" or bool(config.deepspeed)
 
 
 def bf16_device(config: GRPOConfig) -> bool:
@@ -167,7 +169,8 @@ def heldout_right(trainer, tokenizer, lines: list[str], chat: bool, samples: int
     state = PartialState()
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices), state.split_between_processes(lines) as mine, \
-            unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+            unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                        gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs) as model:
         torch.manual_seed(seed + state.process_index)
         per_prompt = sample_right(model, tokenizer, mine, chat, samples, trainer.args.max_completion_length,
                                   trainer.args.chat_template_kwargs, task)
@@ -206,7 +209,8 @@ def digest(model) -> str:
 
 def weights_digest(trainer) -> str:
     """The digest of the trained model, its weights gathered where ZeRO-3 partitions them."""
-    with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+    with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                     gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs) as model:
         return digest(model)
 
 
@@ -258,7 +262,7 @@ def main():
         raise SystemExit(f"grpo_trl.py: {e}") from None
 
     kwargs = dict(config.model_init_kwargs or {})
-    kwargs.setdefault("dtype", load_dtype(config, uses_deepspeed(), bf16_device(config)))
+    kwargs.setdefault("dtype", load_dtype(config, uses_deepspeed(config), bf16_device(config)))
     config.model_init_kwargs = kwargs
     trainer = GRPOTrainer(model=folder, reward_funcs=task.reward_function(chat), args=config,
                           train_dataset=Dataset.from_dict(task.columns("train", chat)), processing_class=tokenizer)

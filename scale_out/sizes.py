@@ -56,17 +56,18 @@ def memory_table() -> str:
         for ranks, stage in LAYOUTS.values():
             m = per_gpu(n, ranks, stage)
             cells.append(f"{m['policy'] + m['reference']:.1f}" + (f" (+{m['gathered']:.1f})" if stage == 3 else ""))
-        rows.append(f"| {name} | {n / 1e9:.2f}B | " + " | ".join(cells) + f" | {2 * n / GB:.1f} |")
+        rows.append(f"| {name} | {n / 1e9:.2f}B | " + " | ".join(cells) + f" | {m['vllm_weights']:.1f} |")
     return "\n".join(rows)
 
 
 def time_table() -> str:
-    """The floor of a step: 2 FLOPs a parameter a token to generate, 2 for the reference's forward pass and 6 for
-    the policy's forward and backward passes (8 with gradient checkpointing's second forward), over the step's
-    128 x 271 tokens at most, on 8 H100s at their dense bf16 peak."""
+    """The floor of a step: 2 FLOPs a parameter a token to generate, 2 for the policy's forward pass that TRL's
+    correction for vLLM's probabilities needs, 2 for the reference's, and 8 for the policy's forward and backward
+    passes with gradient checkpointing's second forward, over the step's 128 x 271 tokens at most, on 8 H100s at
+    their dense bf16 peak."""
     rows = ["| model | FLOPs per step (at most) | floor on 8 H100s |", "|---|---|---|"]
     for name, shape in QWEN25.items():
-        flops = (2 + 2 + 8) * parameters(*shape) * TOKENS_PER_STEP
+        flops = (2 + 2 + 2 + 8) * parameters(*shape) * TOKENS_PER_STEP
         rows.append(f"| {name} | {flops:.2e} | {flops / (8 * H100_BF16_PEAK):.3f} s |")
     return "\n".join(rows)
 
