@@ -95,3 +95,15 @@ def test_zero_lecture_preset_by_hand():
     stage 3 shards everything (6 GB)."""
     got = [memory.zero_model_states(8e9, ranks=8, stage=s, preset="lecture") for s in range(4)]
     assert got == pytest.approx([48.0, 20.0, 20.0, 6.0], rel=1e-12)
+
+
+def test_activation_bytes_by_hand_at_both_precisions():
+    """Llama 3 8B's shape (32 layers, width 4096, 32 heads), 2 sequences of 1,024 tokens. With checkpointing
+    each layer keeps its input, 2048 x 4096 values; without, Korthikanti et al.'s 34 bytes per token and width
+    and 5 x heads x length per token at 2 bytes a value, scaled for 4-byte values (it once ignored the size)."""
+    shape, tokens = memory.SHAPES[8], 2 * 1024
+    assert memory.activation_bytes(shape, 2, 1024, checkpointing=True, bytes_per_value=2) == 32 * tokens * 4096 * 2
+    assert memory.activation_bytes(shape, 2, 1024, checkpointing=True, bytes_per_value=4) == 32 * tokens * 4096 * 4
+    korthikanti = 32 * (tokens * 4096 * 34 + tokens * 5 * 32 * 1024)  # bytes at 16 bits
+    assert memory.activation_bytes(shape, 2, 1024, checkpointing=False, bytes_per_value=2) == korthikanti
+    assert memory.activation_bytes(shape, 2, 1024, checkpointing=False, bytes_per_value=4) == 2 * korthikanti

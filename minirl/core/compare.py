@@ -146,6 +146,7 @@ def paired(a: Sequence[float], b: Sequence[float], names: tuple[str, str] = ("A"
     percentile bootstrap interval, and the two-sided sign-flip permutation p-value (exact up to
     2^16 sign patterns). a, b: (n,) each, finite."""
     va, vb = _floats(a, "a"), _floats(b, "b")
+    names, higher_is_better, alpha = _arm_options(names, higher_is_better, alpha)
     if len(va) != len(vb):
         raise ValueError(f"paired needs one value per seed in each arm, got {len(va)} and {len(vb)}; "
                          "arms that share no seeds are compared with unpaired")
@@ -167,6 +168,7 @@ def unpaired(a: Sequence[float], b: Sequence[float], names: tuple[str, str] = ("
     bootstrap interval, the difference of means with its interval, and a two-sided permutation p-value
     on the probability of improvement (exact up to 100,000 splits). A diverged run (NaN) is the worst."""
     va, vb = _floats(a, "a"), _floats(b, "b")
+    names, higher_is_better, alpha = _arm_options(names, higher_is_better, alpha)
     sign = 1.0 if higher_is_better else -1.0
     xa = np.array(_finite_or_worst(va, higher_is_better)) * sign  # (n_a,) higher is better
     xb = np.array(_finite_or_worst(vb, higher_is_better)) * sign  # (n_b,)
@@ -194,6 +196,13 @@ def table(comparisons: Sequence[Comparison], title: str | None = None, labels: S
     are a family (`family`): Holm-adjusted over k, or unadjusted."""
     from .tables import table as show
 
+    comparisons = _comparisons(comparisons, "table")
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"compare.table: title must be a string or None, got {type(title).__name__}")
+    if labels is not None:
+        if isinstance(labels, str) or not isinstance(labels, Sequence):
+            raise TypeError(f"compare.table: labels must be a list of strings, one per comparison, got "
+                            f"{type(labels).__name__}{' (one string: wrap it, [label])' if isinstance(labels, str) else ''}")
     if labels is not None and len(labels) != len(comparisons):
         raise ValueError(f"compare.table: {len(labels)} labels for {len(comparisons)} comparisons")
     k = max((c.comparisons for c in comparisons), default=1)
@@ -206,6 +215,10 @@ def table(comparisons: Sequence[Comparison], title: str | None = None, labels: S
 def holm(pvalues: Sequence[float]) -> list[float]:
     """Holm's step-down adjustment: sorted ascending, the i-th smallest p (from 0) times (k - i), made
     non-decreasing and capped at 1. A verdict at adjusted p <= alpha keeps the family-wise error at alpha."""
+    pvalues = _floats(pvalues, "pvalues", empty_ok=True, each="one per comparison")
+    for i, p in enumerate(pvalues):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"holm: pvalues[{i}] is {p!r}; a p-value lies in [0, 1]")
     k = len(pvalues)
     order = sorted(range(k), key=lambda i: pvalues[i])
     adjusted, running = [0.0] * k, 0.0
@@ -219,6 +232,8 @@ def family(comparisons: Sequence[Comparison], adjust: bool = True) -> list[Compa
     """The k comparisons one cell makes, each printing k. adjust: Holm-adjust their p-values over all k
     (every verdict then holds with a family-wise error of alpha); False keeps each p as it is, for a
     cell whose seeds could not survive the adjustment, and the line says they are unadjusted."""
+    comparisons = _comparisons(comparisons, "family")
+    adjust = _flag("adjust", adjust)
     adjusted = holm([c.p for c in comparisons]) if adjust else [c.p for c in comparisons]
     return [replace(c, p=p, comparisons=len(comparisons), adjusted=adjust) for c, p in zip(comparisons, adjusted)]
 
@@ -280,10 +295,78 @@ def _permutation_p(data, statistic, kind: str, count: int) -> tuple[float, bool]
     return float(min(1.0, res.pvalue)), exact
 
 
-def _floats(values: Sequence[float], name: str) -> list[float]:
-    out = [float(v) for v in values]
-    if not out:
+def _floats(values: Sequence[float], name: str, empty_ok: bool = False, keep: bool = False,
+            each: str = "one per run (seed)") -> list:
+    """`values` (a list, tuple, range, NumPy or torch 1-D array of numbers) as a list of floats (the
+    values themselves with `keep`), after checking it is a sequence of numbers and, unless empty_ok,
+    not empty. A dict is refused: iterating it would read its keys (the seeds) as the values."""
+    if isinstance(values, Mapping):
+        raise TypeError(f"{name} is a {'dict' if type(values) is dict else type(values).__name__}; iterating it would read its keys (seeds?) as "
+                        f"the values. Pass the values in seed order: [{name}[s] for s in seeds]")
+    if isinstance(values, (str, bytes)) or values is None or not hasattr(values, "__iter__") or isinstance(values, (set, frozenset)):
+        got = f"the string {values!r}" if isinstance(values, (str, bytes)) else f"{values!r} ({type(values).__name__})"
+        hint = (": sets have no order; pass a list" if isinstance(values, (set, frozenset)) else
+                f": for one, pass [{values!r}]" if isinstance(values, (int, float, np.number)) else "")
+        raise TypeError(f"{name} must be a list of numbers, {each}, got {got}{hint}")
+    if getattr(values, "ndim", 1) != 1:
+        raise ValueError(f"{name} must be one-dimensional, {each}, got shape {tuple(values.shape)}")
+    out = []
+    for i, v in enumerate(values):
+        try:
+            if isinstance(v, (str, bytes)) or v is None:
+                raise TypeError
+            x = float(v)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"{name}[{i}] must be a number, got {v!r} ({type(v).__name__}); {name} holds numbers, "
+                            f"{each}") from None
+        out.append(v if keep else x)
+    if not out and not empty_ok:
         raise ValueError(f"a comparison needs at least one run per arm; {name} is empty")
+    return out
+
+
+def _finite(name: str, value) -> None:
+    if isinstance(value, (bool, str, bytes)) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
+def _arm_options(names, higher_is_better, alpha) -> tuple[tuple[str, str], bool, float]:
+    """paired's and unpaired's options, checked: two different names, a flag, 0 < alpha < 1."""
+    if isinstance(names, str) or not isinstance(names, (tuple, list)):
+        raise TypeError(f"names must be a pair of names, one per arm, such as ('PPO', 'REINFORCE'), got {names!r}")
+    if len(names) != 2 or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"names must be two strings, one per arm (a first, then b), got {names!r}")
+    if names[0] == names[1]:
+        raise ValueError(f"names are both {names[0]!r}: give each arm its own name, or the verdict cannot say "
+                         "which is ahead")
+    higher_is_better = _flag("higher_is_better", higher_is_better)
+    if isinstance(alpha, (bool, str, bytes)) or not isinstance(alpha, (int, float, np.number)):
+        raise TypeError(f"alpha must be a number in (0, 1), e.g. 0.05, got {alpha!r} ({type(alpha).__name__})")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be a number in (0, 1), e.g. 0.05, got {alpha!r}")
+    return tuple(names), higher_is_better, alpha
+
+
+def _comparisons(comparisons, caller: str) -> list[Comparison]:
+    """`comparisons` as a list, after checking it is a list (or other iterable) of Comparisons."""
+    if isinstance(comparisons, Comparison):
+        raise TypeError(f"compare.{caller} takes a list of comparisons; for one, pass [comparison]")
+    if isinstance(comparisons, (str, bytes, Mapping)) or not hasattr(comparisons, "__iter__"):
+        raise TypeError(f"compare.{caller} takes a list of comparisons (from paired or unpaired), got "
+                        f"{type(comparisons).__name__}")
+    out = list(comparisons)
+    for i, c in enumerate(out):
+        if not isinstance(c, Comparison):
+            raise TypeError(f"compare.{caller}: item {i} is a {type(c).__name__}, not a Comparison; pass what "
+                            "paired or unpaired return")
     return out
 
 
@@ -304,7 +387,21 @@ def _formatter(values: Sequence[float]):
 def at_kl(kl: Sequence[float], metric: Sequence[float], levels: Sequence[float]) -> list[float]:
     """One run's metric where its own KL trajectory (evaluations in step order) first reaches each
     level: linear interpolation between the evaluation below the level and the first at or above it.
-    NaN for a level the run never reaches. kl, metric: (E,) each; returns (len(levels),)."""
+    NaN for a level the run never reaches. kl, metric: (E,) each; returns (len(levels),). The KLs and
+    levels must be numbers, not NaN (a diverged run's metric may be NaN: it reads as NaN)."""
+    kl = _floats(kl, "kl", empty_ok=True, keep=True, each="one per evaluation")
+    metric = _floats(metric, "metric", empty_ok=True, keep=True, each="one per evaluation")
+    if isinstance(levels, (int, float, np.number)) and not isinstance(levels, bool):
+        raise TypeError(f"at_kl: levels must be a list of KL levels, got the number {levels!r}: for one level pass "
+                        f"[{levels!r}] (at_kl returns one metric per level)")
+    levels = _floats(levels, "levels", empty_ok=True, keep=True, each="the KL levels")  # the values as given: the arithmetic is unchanged
+    for i, k in enumerate(kl):
+        if math.isnan(float(k)):
+            raise ValueError(f"at_kl: kl[{i}] is NaN; a KL trajectory needs a KL at every evaluation (drop the "
+                             "evaluations that have none, with their metrics)")
+    for i, level in enumerate(levels):
+        if not math.isfinite(float(level)):
+            raise ValueError(f"at_kl: levels[{i}] is {level!r}; each level must be a finite KL, e.g. 0.5")
     if len(kl) != len(metric) or len(kl) == 0:
         raise ValueError(f"at_kl needs one metric per evaluation, got {len(kl)} KLs and {len(metric)} metrics")
     out = []
@@ -341,11 +438,21 @@ class Window:
 
     def share_at_least(self, threshold: float) -> float:
         """The share of the window's evaluations at or above threshold (e.g. steps whose valid share >= 0.9)."""
+        _finite("threshold", threshold)
         return sum(v >= threshold for v in self.values) / len(self.values)
 
 
 def window(steps: Sequence[int], values: Sequence[float], start: int, end: int | None = None) -> Window:
     """The evaluations of one run with start <= step <= end (end: the last step)."""
+    steps = _floats(steps, "steps", empty_ok=True, keep=True, each="one per evaluation")
+    values = _floats(values, "values", empty_ok=True, each="one per evaluation")
+    _finite("start", start)
+    if end is not None:
+        _finite("end", end)
+        if end < start:
+            raise ValueError(f"window: end ({end}) is before start ({start}); the window is start <= step <= end")
+    if not steps:
+        raise ValueError("window needs a run's evaluations, got none (steps and values are empty)")
     if len(steps) != len(values):
         raise ValueError(f"window needs one value per step, got {len(steps)} steps and {len(values)} values")
     end = max(steps) if end is None else end
@@ -376,6 +483,25 @@ def choose_rate(scores: Mapping[float, Mapping[int, float]], reported_seeds: Seq
     """The learning rate with the best mean score over its tuning seeds. scores: {rate: {seed: score}}
     on a grid of at least three rates; a diverged run (NaN) counts as the worst score. Raises if a
     tuning seed is a reported seed (a rate tuned on the runs it reports is optimistic)."""
+    if not isinstance(scores, Mapping):
+        raise TypeError(f"choose_rate: scores must be a dict {{rate: {{seed: score}}}}, got {type(scores).__name__}")
+    for lr, per_seed in scores.items():
+        if isinstance(lr, (bool, str, bytes)) or not isinstance(lr, (int, float, np.number)):
+            raise TypeError(f"choose_rate: the keys of scores must be the rates (numbers), got {lr!r} "
+                            f"({type(lr).__name__})")
+        if not math.isfinite(lr):
+            raise ValueError(f"choose_rate: a rate (a key of scores) is {lr!r}; each rate must be a finite number")
+        if not isinstance(per_seed, Mapping):
+            raise TypeError(f"choose_rate: scores[{lr!r}] must be a dict {{seed: score}} (each score keyed by its tuning "
+                            f"seed), got {type(per_seed).__name__}")
+        if not per_seed:
+            raise ValueError(f"choose_rate: rate {lr!r} has no runs (scores[{lr!r}] is empty); each rate needs a score "
+                             "on at least one tuning seed")
+        _floats(list(per_seed.values()), f"scores[{lr!r}]")
+    if isinstance(reported_seeds, (str, bytes, Mapping)) or not hasattr(reported_seeds, "__iter__"):
+        raise TypeError(f"choose_rate: reported_seeds must be a list of seeds, e.g. range(6) or (0, 1, 2), got "
+                        f"{reported_seeds!r} ({type(reported_seeds).__name__})")
+    higher_is_better = _flag("higher_is_better", higher_is_better)
     if len(scores) < 3:
         raise ValueError(f"choose_rate needs a grid of at least three rates to bracket an optimum, got {sorted(scores)}")
     reused = sorted({s for per_seed in scores.values() for s in per_seed} & set(reported_seeds))
@@ -387,6 +513,9 @@ def choose_rate(scores: Mapping[float, Mapping[int, float]], reported_seeds: Seq
     ranked = sorted(grid, key=lambda lr: -sign * means[lr])
     best, runner_up = ranked[0], ranked[1]
     shared = sorted(set(scores[best]) & set(scores[runner_up]))  # the tuning seeds both rates ran
+    if not shared:
+        raise ValueError(f"choose_rate: rates {best:g} and {runner_up:g} share no tuning seed, so they cannot be "
+                         "compared seed by seed; run every rate on the same tuning seeds")
     a, b = [scores[best][s] for s in shared], [scores[runner_up][s] for s in shared]
     compared = paired if all(map(math.isfinite, a + b)) else unpaired  # a diverged run has no paired difference
     versus = compared(a, b, (f"{best:g}", f"{runner_up:g}"), higher_is_better)
@@ -397,6 +526,24 @@ def sweep_rate(rows: Sequence[Mapping], rates: Sequence[float], score: str, repo
                higher_is_better: bool = True) -> float:
     """The rate a sweep reports at: `choose_rate` over one method's tuning rows (dicts with 'lr', 'seed'
     and `score`) on its grid `rates`. Raises where the choice sits at the grid's edge (extend the grid)."""
+    if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Sequence):
+        raise TypeError(f"sweep_rate: rows must be a list of dicts (one per run, with 'lr', 'seed' and the score), "
+                        f"got {type(rows).__name__}")
+    if not isinstance(score, str):
+        raise TypeError(f"sweep_rate: score must be the name of a column of rows (a string such as 'pass1'), got "
+                        f"{score!r} ({type(score).__name__})")
+    rates = _floats(rates, "rates", keep=True, each="the grid's learning rates")
+    for i, r in enumerate(rows):
+        if not isinstance(r, Mapping):
+            raise TypeError(f"sweep_rate: rows[{i}] must be a dict with 'lr', 'seed' and {score!r}, got {type(r).__name__}")
+        needed = ("lr", "seed", score) if "lr" in r and r["lr"] in rates else ("lr",)
+        missing = [c for c in needed if c not in r]
+        if missing:
+            raise ValueError(f"sweep_rate: rows[{i}] has no column {missing[0]!r}; its columns: {', '.join(map(str, r))}")
+    for lr in rates:
+        if not any(r["lr"] == lr for r in rows):
+            raise ValueError(f"sweep_rate: no row has lr == {lr!r}, a rate of the grid; the rows' rates: "
+                             f"{sorted({r['lr'] for r in rows}, key=str)} (is the grid right, or a run missing?)")
     choice = choose_rate({lr: {r["seed"]: r[score] for r in rows if r["lr"] == lr} for lr in rates}, reported_seeds,
                          higher_is_better)
     if choice.at_edge:

@@ -32,17 +32,38 @@ from .ops import check_float, check_mask, masked_mean, masked_sum, zero_padding
 __all__ = ["CORRECTIONS", "log_ratios", "importance_weights", "geometric_sequence_ratio"]
 
 CORRECTIONS = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+PROBABILITY_SLACK = 1e-3  # a log-prob above this on a real token is refused as a probability (rounding stays below)
+
+
+def _checked(logprobs, behaviour_logprobs, mask, other: str = "behaviour_logprobs") -> torch.Tensor:
+    """The mask as bool, after checking both log-prob tensors are floating point, of one shape, with
+    a 0/1 mask of that shape, and finite on every real (mask = 1) token; padding may hold anything."""
+    for name, x in (("logprobs", logprobs), (other, behaviour_logprobs)):
+        check_float(name, x)
+        if x.shape != logprobs.shape:
+            raise ValueError(f"{name} shape {tuple(x.shape)} does not match logprobs shape {tuple(logprobs.shape)}")
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor of 0/1 (or bool) of logprobs' shape {tuple(logprobs.shape)}, "
+                        f"got {type(mask).__name__}")
+    if mask.shape != logprobs.shape:
+        raise ValueError(f"mask shape {tuple(mask.shape)} does not match logprobs shape {tuple(logprobs.shape)}")
+    m = check_mask(logprobs, mask).bool()
+    for name, x in (("logprobs", logprobs), (other, behaviour_logprobs)):
+        if not bool(torch.isfinite(x.detach()).logical_or(~m).all()):
+            raise ValueError(f"{name} hold NaN or inf on real (mask = 1) tokens; every sampled token needs a finite "
+                             "log-prob (padding, mask = 0, may hold anything)")
+    return m
 
 
 def log_ratios(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """log rho_t = log pi(a_t|s_t) - log mu(a_t|s_t) per token, (B, T), 0 on padding (NaN or inf
-    there never leaks)."""
-    for name, x in (("logprobs", logprobs), ("behaviour_logprobs", behaviour_logprobs)):
-        check_float(name, x)
-        if x.shape != logprobs.shape:
-            raise ValueError(f"{name} shape {tuple(x.shape)} does not match logprobs shape {tuple(logprobs.shape)}")
-    m = check_mask(logprobs, mask).bool()
-    return zero_padding(logprobs, m) - zero_padding(behaviour_logprobs, m)
+    there never leaks). Both finite on the real tokens (checked)."""
+    return _difference(logprobs, behaviour_logprobs, _checked(logprobs, behaviour_logprobs, mask))
+
+
+def _difference(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    return torch.where(m, logprobs, torch.zeros_like(logprobs)) - torch.where(m, behaviour_logprobs,
+                                                                               torch.zeros_like(behaviour_logprobs))
 
 
 def importance_weights(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor, mode: str,
@@ -51,14 +72,22 @@ def importance_weights(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor,
     detached (a weight, not a path for the gradient); 0 on padding.
 
     logprobs: log pi of the sampled tokens (the learner now); behaviour_logprobs: log mu (the
-    policy or sampler that drew them). cap: C, at least 1 (inf: the plain ratio, unbounded)."""
+    policy or sampler that drew them); each finite and <= 0 on the real tokens (checked: a value
+    above 0 is a probability passed for its log). cap: C, at least 1 (inf: the plain ratio, unbounded)."""
     validate.choice("mode", mode, CORRECTIONS)
     cap = validate.number("cap", cap, 0.0, open_low=True, finite=False)
     if cap < 1:
         raise ValueError(f"cap must be >= 1, got {cap:g}: an on-policy token's weight is 1, and a cap below 1 would "
                          "shrink tokens that need no correction")
-    m = check_mask(logprobs, mask).bool()
-    log_rho = log_ratios(logprobs, behaviour_logprobs, m).detach()  # (B, T)
+    m = _checked(logprobs, behaviour_logprobs, mask)
+    for name, x in (("logprobs", logprobs), ("behaviour_logprobs", behaviour_logprobs)):
+        if bool((x.detach() > PROBABILITY_SLACK).logical_and(m).any()):
+            raise ValueError(f"{name} hold values > 0 on real tokens, which no log-prob can be (log p <= 0): they look "
+                             f"like probabilities; pass their logs, {name}.log()")
+    if mode.startswith("sequence") and logprobs.dim() != 2:
+        raise ValueError(f"mode {mode!r} weighs whole rows: logprobs must be (B, T), one row a completion, got shape "
+                         f"{tuple(logprobs.shape)}")
+    log_rho = _difference(logprobs, behaviour_logprobs, m).detach()  # (B, T)
     if mode.startswith("sequence"):
         log_rho = masked_sum(log_rho, m, dim=1)[:, None].expand_as(log_rho)  # log pi(y|x) - log mu(y|x) on every token
     rho = log_rho.exp()
@@ -72,7 +101,9 @@ def importance_weights(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor,
 def geometric_sequence_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """GSPO's ratio s_i = (pi(y_i|x) / pi_old(y_i|x))^(1/|y_i|) = exp(mean_t log rho_t), (B,), with
     the gradient of `logprobs` (old_logprobs are constants): d s_i = s_i * mean_t d log pi(a_t|s_t)."""
-    m = check_mask(logprobs, mask).bool()
+    m = _checked(logprobs, old_logprobs, mask, "old_logprobs")
+    if logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be (B, T), one row a completion, got shape {tuple(logprobs.shape)}")
     if bool((~m.any(dim=1)).any()):
         raise ValueError("a row of mask is all zeros: every completion needs at least one token (EOS counts)")
-    return masked_mean(log_ratios(logprobs, old_logprobs.detach(), m), m, dim=1).exp()
+    return masked_mean(_difference(logprobs, old_logprobs.detach(), m), m, dim=1).exp()

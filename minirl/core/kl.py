@@ -18,17 +18,24 @@ from __future__ import annotations
 
 import torch
 
-from .ops import check_float
+from .ops import check_float, check_log_probs
 
 __all__ = ["kl_k1", "kl_k2", "kl_k3"]
 
 
 def _log_ratio(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    check_float("logp", logp)
-    check_float("ref_logp", ref_logp)
+    """log p - log q, after checking both are float tensors of one shape that do not look like probabilities.
+    (The losses, whose inputs are checked there and may be made-up log-ratios in tests, call `_k3`.)"""
+    check_log_probs("logp", check_float("logp", logp))
+    check_log_probs("ref_logp", check_float("ref_logp", ref_logp))
     if logp.shape != ref_logp.shape:
         raise ValueError(f"logp shape {tuple(logp.shape)} does not match ref_logp shape {tuple(ref_logp.shape)}")
     return logp - ref_logp
+
+
+def _k3(log_p_over_q: torch.Tensor) -> torch.Tensor:
+    """k3 from log p - log q: q/p - 1 - log(q/p)."""
+    return torch.exp(-log_p_over_q) - 1 + log_p_over_q
 
 
 def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -43,5 +50,4 @@ def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """q(a)/p(a) - 1 - log(q(a)/p(a)), per sampled token (GRPO's KL term)."""
-    log_q_over_p = -_log_ratio(logp, ref_logp)
-    return torch.exp(log_q_over_p) - 1 - log_q_over_p
+    return _k3(_log_ratio(logp, ref_logp))

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from . import validate
 from .corrections import geometric_sequence_ratio
-from .kl import kl_k3
+from .kl import _k3
 from .ops import check_float, check_mask, masked_mean, masked_sum, token_logprobs, zero_padding
 
 __all__ = ["AGGREGATIONS", "aggregate", "policy_gradient_loss", "clipped_objective", "ppo_clip_loss", "grpo_loss",
@@ -141,7 +141,7 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
     loss = -aggregate(clipped_objective(ratio, advantages, clip_eps), m, aggregation)
     with torch.no_grad():
         diagnostics = {"clip_fraction": _clip_fraction(ratio, m, clip_eps, None),
-                       "approx_kl": masked_mean(kl_k3(old_logprobs, logprobs), m).item()}
+                       "approx_kl": masked_mean(_k3(old_logprobs - logprobs), m).item()}
     return loss, diagnostics
 
 
@@ -177,7 +177,7 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: 
     if not bool(((weights >= 0) & torch.isfinite(weights)).all()):
         raise ValueError("is_weights must be finite and >= 0 on every real token (importance weights are ratios)")
     ratio = (logprobs - old_logprobs).exp()
-    kl = kl_k3(logprobs, ref_logprobs)
+    kl = _k3(logprobs - ref_logprobs)
     kl_term = kl * ratio if kl_ratio_weight else kl
     per_token = -weights * clipped_objective(ratio, advantages, clip_eps, clip_eps_high) + beta * kl_term
     loss = aggregate(per_token, m, aggregation, max_len)
@@ -205,6 +205,9 @@ def gspo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: to
                          f"{tuple(advantages.shape)}")
     m, logprobs, old_logprobs = per_token_inputs(mask, logprobs=logprobs, old_logprobs=old_logprobs)
     check_float("advantages", advantages)
+    if not bool(torch.isfinite(advantages).all()):
+        raise ValueError("advantages must be finite: a NaN or inf advantage would make the loss NaN (check the "
+                         "rewards that made them)")
     s = geometric_sequence_ratio(logprobs, old_logprobs, m)  # (B,)
     loss = -clipped_objective(s, advantages.detach(), clip_eps, clip_eps_high).mean()
     with torch.no_grad():
@@ -245,6 +248,10 @@ def value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, 
     clip_range from the value at collection time, and the loss is the larger of the clipped and
     unclipped errors, max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2) / 2.
     """
+    for name, x in (("returns", returns), ("old_values", old_values)):
+        if isinstance(x, torch.Tensor) and isinstance(values, torch.Tensor) and x.shape != values.shape:
+            raise ValueError(f"{name} must have the shape of values, {tuple(values.shape)}: one target per token "
+                             f"(advantages.reward_to_go or gae give it), got {tuple(x.shape)}")
     if clip_range is None:
         m, values, returns = per_token_inputs(mask, values=values, returns=returns)
         err = (values - returns) ** 2
@@ -263,6 +270,12 @@ def sft_loss(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> 
     tokens only. logits (B, T, V) predict tokens (B, T); mask (B, T) is 1 on response tokens, so
     the prompt is context, never a target. Logits on masked positions are replaced by 0 first, so
     junk there (NaN included) reaches neither the loss nor its gradient."""
+    check_float("logits", logits)
+    if not isinstance(tokens, torch.Tensor) or logits.dim() != 3 or tokens.dim() != 2 or logits.shape[:2] != tokens.shape:
+        got = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(f"sft_loss takes logits (B, T, V) predicting tokens (B, T) at the same positions, got logits "
+                         f"{tuple(logits.shape)} and tokens {got}: shift them first (logits[:, :-1] predict "
+                         "tokens[:, 1:])")
     logits = torch.where(check_mask(tokens, mask).bool()[..., None], logits, torch.zeros_like(logits))
     return -aggregate(token_logprobs(logits, tokens), mask, "token_mean")
 

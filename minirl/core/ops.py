@@ -14,8 +14,8 @@ import torch
 
 from . import validate
 
-__all__ = ["check_mask", "check_float", "zero_padding", "masked_sum", "masked_mean", "sequence_logprob",
-           "masked_var", "masked_whiten", "token_logprobs", "entropy_from_logits"]
+__all__ = ["check_mask", "check_float", "check_finite", "check_log_probs", "zero_padding", "masked_sum", "masked_mean",
+           "sequence_logprob", "masked_var", "masked_whiten", "token_logprobs", "entropy_from_logits"]
 
 
 def check_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -35,6 +35,25 @@ def check_float(name: str, x: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}; convert it with {name}.float()")
+    return x
+
+
+def check_finite(name: str, x: torch.Tensor, what: str = "") -> torch.Tensor:
+    """`x` (a float tensor) after checking it holds no NaN or inf, naming the first; `what` adds to the message."""
+    bad = ~torch.isfinite(x)
+    if bool(bad.any()):
+        first = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(f"{name} must be finite{what}, got {int(bad.sum())} NaN or inf entries (the first, "
+                         f"{x[first].item()}, at index {first})")
+    return x
+
+
+def check_log_probs(name: str, x: torch.Tensor) -> torch.Tensor:
+    """`x` after checking it does not hold probabilities where log-probabilities go: every entry in [0, 1]
+    and one above 0 is what probabilities look like, and log-probabilities are never above 0."""
+    if x.numel() and bool(((x >= 0) & (x <= 1)).all()) and bool((x > 0).any()):
+        raise ValueError(f"{name} holds values in [0, 1], as probabilities do; it takes log-probabilities "
+                         f"(never above 0): pass {name}.log()")
     return x
 
 

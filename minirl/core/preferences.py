@@ -18,8 +18,10 @@ one that orders it the other way with the complement.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 
+import numpy as np
 import torch
 
 from . import validate
@@ -51,10 +53,23 @@ def ranking_to_pairs(ranking: str | list[list[str]]) -> list[tuple[str, str, flo
 
 
 # ---------------------------------------------------------------- Bradley-Terry strengths
+def _check_ids(name: str, ids) -> None:
+    """Item ids are integers (a list of ints or an integer tensor); names or fractional ids are refused."""
+    if isinstance(ids, torch.Tensor):
+        ok = not ids.is_floating_point() and not ids.is_complex()
+    else:
+        ok = not isinstance(ids, str) and all(isinstance(i, numbers.Integral) for i in np.asarray(ids, dtype=object).flat)
+    if not ok:
+        raise TypeError(f"{name} must be item ids, integers in [0, n_items) (a list of ints or an integer tensor). "
+                        "For named items, number them first: ids = {name: i for i, name in enumerate(names)}")
+
+
 def _games(winners, losers, n_items: int, labels) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(winners, losers, labels) as tensors, checked, all on the device of `winners` (a tensor's own,
     the CPU for lists): every function here computes there, so CUDA ids stay on the GPU."""
     n_items = validate.integer("n_items", n_items, minimum=2)
+    for name, ids in (("winners", winners), ("losers", losers)):
+        _check_ids(name, ids)
     w = torch.as_tensor(winners, dtype=torch.long).flatten()
     l = torch.as_tensor(losers, dtype=torch.long, device=w.device).flatten()
     if w.shape != l.shape or w.numel() == 0:

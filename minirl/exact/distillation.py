@@ -25,7 +25,7 @@ import torch
 
 from ..core import validate
 from ..core.advantages import reward_to_go
-from .group_updates import Moments
+from .group_updates import Moments, _check_mdp, _check_policy
 from .mdp import MicroMDP
 
 __all__ = ["ESTIMATORS", "token_log_ratios", "estimator_weights", "single_sample_moments", "expected_update",
@@ -36,8 +36,8 @@ ESTIMATORS = ("on_policy", "per_token", "sft", "reward")
 
 def token_log_ratios(mdp: MicroMDP, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     """delta_t = log pi(a_t|s_t) - log T(a_t|s_t) on every step of every episode of `mdp.table` (N, K), 0 on padding."""
-    mdp.check_logits(student)
-    mdp.check_logits(teacher)
+    _check_policy(mdp, student, "student")
+    _check_policy(mdp, teacher, "teacher")
     t = mdp.table
     delta = torch.log_softmax(student.detach().double(), -1) - torch.log_softmax(teacher.detach().double(), -1)
     return delta[t.states, t.actions] * t.mask
@@ -48,7 +48,7 @@ def estimator_weights(mdp: MicroMDP, student: torch.Tensor, teacher: torch.Tenso
     single-sample update is sum_t w_t grad log pi(a_t|s_t) and its expectation ascends the
     estimator's objective: -sum_{t'>=t} delta_t' (on_policy), -delta_t (per_token), 1 (sft, on the
     teacher's samples), the reward-to-go of the world's rewards (reward, REINFORCE)."""
-    validate.choice("estimator", estimator, ESTIMATORS)
+    _check_arguments(mdp, student, teacher, estimator)
     t = mdp.table
     if estimator == "reward":
         return reward_to_go(t.rewards, t.mask)
@@ -56,6 +56,19 @@ def estimator_weights(mdp: MicroMDP, student: torch.Tensor, teacher: torch.Tenso
         return t.mask.clone()
     delta = token_log_ratios(mdp, student, teacher)
     return -(reward_to_go(delta, t.mask) if estimator == "on_policy" else delta)
+
+
+def _check_arguments(mdp: MicroMDP, student: torch.Tensor, teacher: torch.Tensor, estimator: str) -> None:
+    """The mdp, the estimator's name and both policies: finite logits, except that where no log-ratio is
+    formed ('sft', 'reward') an action never taken may have a -inf logit."""
+    _check_mdp(mdp)
+    if not isinstance(estimator, str):
+        raise TypeError(f"estimator must be a name, one of {', '.join(map(repr, ESTIMATORS))}; got "
+                        f"{type(estimator).__name__}")
+    validate.choice("estimator", estimator, ESTIMATORS)
+    ratios = estimator in ("on_policy", "per_token")
+    _check_policy(mdp, student, "student", minus_inf=not ratios)
+    _check_policy(mdp, teacher, "teacher", minus_inf=not ratios)
 
 
 def _sampler(mdp: MicroMDP, student: torch.Tensor, teacher: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -69,6 +82,7 @@ def single_sample_moments(mdp: MicroMDP, student: torch.Tensor, teacher: torch.T
     """E[g] and E|g - E g|^2 of the update g = (1/P) sum over prompts of sum_t w_t grad log pi
     (`estimator_weights`) from one completion of each of the P prompts, drawn by the student (or the
     teacher, for 'sft'); exact, by enumeration."""
+    _check_arguments(mdp, student, teacher, estimator)
     w = estimator_weights(mdp, student, teacher, estimator)
     f = mdp.weighted_scores(student.detach().double(), w).flatten(1)  # (N, D)
     prob = _sampler(mdp, student, teacher, estimator)
@@ -89,4 +103,6 @@ def expected_update(mdp: MicroMDP, student: torch.Tensor, teacher: torch.Tensor,
 
 def forward_kl(mdp: MicroMDP, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     """KL(T || pi) over whole completions, mean over prompts: what SFT on the teacher's samples descends."""
+    _check_policy(mdp, student, "student")
+    _check_policy(mdp, teacher, "teacher")
     return mdp.kl(teacher, student)

@@ -36,6 +36,7 @@ import torch
 from ..core import validate
 from ..core.corrections import CORRECTIONS
 from ..core.losses import AGGREGATIONS
+from ..core.ops import check_finite, check_float
 from . import micro
 from .mdp import MicroMDP
 
@@ -44,6 +45,23 @@ __all__ = ["ADVANTAGES", "RATIOS", "Estimator", "FAMILY", "Moments", "completion
 ADVANTAGES = ("group_std", "group_mean", "leave_one_out", "batch_std")
 RATIOS = ("none", "token", "ppo_clip", "sequence", "geometric") + CORRECTIONS
 EPS = 1e-4  # group_normalize's
+
+
+def _check_mdp(mdp) -> MicroMDP:
+    """`mdp` after checking it is a MicroMDP (not a tensor or a horizon passed in its place)."""
+    if not isinstance(mdp, MicroMDP):
+        raise TypeError(f"mdp must be a MicroMDP, e.g. MicroMDP(); got {type(mdp).__name__}")
+    return mdp
+
+
+def _check_policy(mdp, logits, name: str = "logits", minus_inf: bool = False) -> None:
+    """A tabular policy of `mdp`, finite unless `minus_inf` (`MicroMDP.check_logits`)."""
+    _check_mdp(mdp).check_logits(logits, name, minus_inf)
+
+
+def _check_prompt(mdp: MicroMDP, prompt) -> None:
+    if prompt not in mdp.prompts:
+        raise ValueError(f"unknown prompt {prompt!r}; the micro world's prompts are {mdp.prompts}")
 
 
 @dataclass(frozen=True)
@@ -103,6 +121,11 @@ class Moments:
         """scale c (E g projected on the exact gradient, over its squared norm), bias_share
         |E g / c - exact| / |exact| (the tangent of the angle between them), cosine of that angle,
         relative_variance Var g / (c |exact|)^2."""
+        check_float("exact", exact)
+        if exact.shape != self.mean.shape:
+            raise ValueError(f"exact must have the expected update's shape {tuple(self.mean.shape)} (the exact "
+                             f"gradient, e.g. mdp.exact_gradient(logits)), got {tuple(exact.shape)}")
+        check_finite("exact", exact)
         norm2 = float((exact * exact).sum())
         if norm2 == 0 or float(self.mean.norm()) == 0:
             raise ValueError("the exact gradient or the expected update is zero: there is no direction to compare")
@@ -111,6 +134,14 @@ class Moments:
         cosine = scale * math.sqrt(norm2) / float(self.mean.norm())
         return {"scale": scale, "bias_share": bias, "cosine": cosine,
                 "relative_variance": self.variance / (scale * scale * norm2)}
+
+
+def _check_estimator(estimator) -> None:
+    if not isinstance(estimator, Estimator):
+        hint = (f" (FAMILY[{estimator!r}] is that recipe's)" if isinstance(estimator, str) and estimator in FAMILY
+                else "")
+        raise TypeError(f"estimator must be an Estimator, e.g. FAMILY['GRPO'] or Estimator('group_mean', "
+                        f"'token_mean'); got {estimator!r:.60} ({type(estimator).__name__}){hint}")
 
 
 def _token_weights(estimator: Estimator, log_rho: torch.Tensor, sign: int) -> torch.Tensor:
@@ -142,6 +173,10 @@ def completion_scores(mdp: MicroMDP, logits: torch.Tensor, behaviour: torch.Tens
                       estimator: Estimator) -> torch.Tensor:
     """f(tau) for every completion of `prompt`, for a positive and a negative advantage:
     (2, n_completions, n_states * n_actions), float64. logits: pi's; behaviour: mu's."""
+    _check_policy(mdp, logits)
+    _check_policy(mdp, behaviour, "behaviour")
+    _check_prompt(mdp, prompt)
+    _check_estimator(estimator)
     log_pi = torch.log_softmax(logits.detach().double(), dim=-1)
     log_mu = torch.log_softmax(behaviour.detach().double(), dim=-1)
     pi = log_pi.exp()
@@ -162,12 +197,28 @@ def completion_scores(mdp: MicroMDP, logits: torch.Tensor, behaviour: torch.Tens
 def _types(mdp: MicroMDP, prompt: str, reward: Callable[[str, tuple[str, ...]], float]
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Each completion's type index (n_completions,), and each type's reward and length (V,)."""
-    keys = [(round(float(reward(prompt, c)), 9), len(c)) for c in mdp.completions]
+    keys = [(round(_reward_value(reward, prompt, c), 9), len(c)) for c in mdp.completions]
     distinct = sorted(set(keys))
     index = torch.tensor([distinct.index(k) for k in keys])
     reward = torch.tensor([r for r, _ in distinct], dtype=torch.float64)
     length = torch.tensor([n for _, n in distinct], dtype=torch.float64)
     return index, reward, length
+
+
+def _reward_value(reward: Callable, prompt: str, completion: tuple[str, ...]) -> float:
+    """reward(prompt, completion) as a float, after checking it is a finite number."""
+    value = reward(prompt, completion)
+    try:
+        if isinstance(value, str):
+            raise TypeError
+        v = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"reward must return a number for every (prompt, completion), got {value!r:.60} "
+                        f"({type(value).__name__}) for ({prompt!r}, {completion!r}); return a float, e.g. 1.0 "
+                        "or 0.0") from None
+    if not math.isfinite(v):
+        raise ValueError(f"reward must return a finite number, got {v} for ({prompt!r}, {completion!r})")
+    return v
 
 
 def _multisets(q: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -226,10 +277,14 @@ def moments(mdp: MicroMDP, logits: torch.Tensor, estimator: Estimator, group_siz
     prompt, sampled from `behaviour` (default: the policy `logits` itself), exactly. reward(prompt,
     completion): the scalar the group normalizes, the world's return by default (lesson 13 adds a
     format bonus)."""
-    mdp.check_logits(logits)
+    _check_policy(mdp, logits)
     behaviour = logits if behaviour is None else behaviour
-    mdp.check_logits(behaviour)
+    _check_policy(mdp, behaviour, "behaviour")
+    _check_estimator(estimator)
     validate.integer("group_size", group_size, minimum=2)
+    if not callable(reward):
+        raise TypeError(f"reward must be a function reward(prompt, completion) -> float, such as "
+                        f"micro.total_reward; got {type(reward).__name__}")
     if len(mdp.prompts) != 2:
         raise ValueError("the batch here is one group of each of the micro world's two prompts")
     mu = torch.softmax(behaviour.detach().double(), dim=-1)

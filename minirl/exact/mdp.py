@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core import validate
-from ..core.ops import check_float
+from ..core.ops import check_finite, check_float
 from . import micro
 
 __all__ = ["Episodes", "MicroMDP", "bias_and_variance"]
@@ -64,12 +64,27 @@ class MicroMDP:
             rewards[n, : len(c)] = torch.tensor(micro.step_rewards(p, c), dtype=torch.float64)
         return Episodes(torch.tensor([i for i, _, _ in rows]), states, actions, mask, rewards)
 
-    def check_logits(self, logits: torch.Tensor) -> None:
-        """A tabular policy: a float tensor of shape (n_states, n_actions)."""
-        check_float("logits", logits)
+    def check_logits(self, logits: torch.Tensor, name: str = "logits", minus_inf: bool = True) -> None:
+        """A tabular policy: a float tensor of shape (n_states, n_actions) with no NaN or +inf, and some action
+        possible in every state; -inf (an action never taken, as `imitation.greedy_expert` writes it) only
+        with `minus_inf` (where it would make 0 * inf = NaN, callers pass False)."""
+        check_float(name, logits)
         if tuple(logits.shape) != self.shape:
-            raise ValueError(f"a tabular policy's logits have shape {self.shape} (states x actions), "
+            raise ValueError(f"{name}: a tabular policy's logits have shape {self.shape} (states x actions), "
                              f"got {tuple(logits.shape)}")
+        if not minus_inf:
+            check_finite(name, logits, " (a tabular policy's logits; for an action never taken use a large "
+                                       "negative logit such as -30, not -inf, which makes 0 * inf = NaN here)")
+            return
+        bad = torch.isnan(logits) | (logits == torch.inf)
+        if bool(bad.any()):
+            s, a = bad.nonzero()[0].tolist()
+            raise ValueError(f"{name} holds NaN or +inf ({logits[s, a].item()} at state {s}, action {a}); a tabular "
+                             "policy's logits are finite, or -inf for an action it never takes")
+        dead = (logits == -torch.inf).all(dim=1).nonzero().flatten().tolist()
+        if dead:
+            raise ValueError(f"{name} are -inf for every action in {len(dead)} states (the first: state {dead[0]}, "
+                             f"{self.states[dead[0]]}); each state needs at least one action with a finite logit")
 
     def check_episode(self, prompt: str, completion: tuple[str, ...]) -> None:
         """A prompt of the world and a whole completion: a tuple of actions ending at EOS or the horizon."""

@@ -53,7 +53,7 @@ from typing import NamedTuple
 import torch
 
 from ..core import validate
-from ..core.ops import check_float
+from ..core.ops import check_finite, check_float
 from . import micro
 from .mdp import bias_and_variance
 
@@ -201,16 +201,22 @@ class MicroEnvMDP:
         check_float("theta", theta)
         if tuple(theta.shape) != self.shape:
             raise ValueError(f"theta has shape {self.shape} (histories x vocabulary), got {tuple(theta.shape)}")
+        check_finite("theta", theta)
         if w is None:
             return theta
         check_float("w", w)
         if tuple(w.shape) != (len(self.vocab),):
             raise ValueError(f"w has shape ({len(self.vocab)},) (one bias per vocabulary token), got {tuple(w.shape)}")
+        check_finite("w", w)
         return theta + w
 
     def gradient(self, g: torch.Tensor) -> Gradient:
         """The gradient on (theta, w) of anything whose gradient on theta is g (..., H, V): w is added to every
         history's logits, so its gradient is g summed over the histories, the world's included."""
+        check_float("g", g)
+        if tuple(g.shape[-2:]) != self.shape:
+            raise ValueError(f"g must have shape (..., {self.shape[0]}, {self.shape[1]}) (a gradient on theta: "
+                             f"histories x vocabulary), got {tuple(g.shape)}")
         return Gradient(g, g.sum(dim=-2))
 
     # ------------------------------------------------------------ probabilities and J
@@ -239,6 +245,7 @@ class MicroEnvMDP:
 
     def exact_gradient(self, theta: torch.Tensor, w: torch.Tensor | None = None) -> Gradient:
         """grad J on theta (H, V; 0 on the world's rows) and on w (V,), by autograd of the exact objective."""
+        self.logits(theta, w)  # checks theta and w
         theta = theta.detach().clone().requires_grad_(True)
         w = (torch.zeros(len(self.vocab), dtype=theta.dtype) if w is None else w.detach().clone()).requires_grad_(True)
         return Gradient(*torch.autograd.grad(self.objective(theta, w), (theta, w)))
@@ -312,8 +319,15 @@ class MicroEnvMDP:
         """Exact gradient ascent: `steps` steps of (theta, w) += lr * expected_estimate(which), the estimator's
         expectation (no sampling), from (theta, w) (None: zeros). shared=False leaves w where it starts: the
         tabular model, on which "all" moves the policy exactly as "policy" does."""
+        validate.choice("which", which, WHICH_TOKENS)
         validate.number("lr", lr, 0.0, open_low=True)
         validate.integer("steps", steps, minimum=0)
+        if not isinstance(shared, bool):
+            raise TypeError(f"shared must be True or False (train w too, or leave it where it starts), got {shared!r}")
+        if theta is not None:
+            self.logits(theta, w)  # checks theta, and w with it
+        elif w is not None:
+            self.logits(torch.zeros(self.shape, dtype=torch.float64), w)
         theta = torch.zeros(self.shape, dtype=torch.float64) if theta is None else theta.detach().clone()
         w = torch.zeros(len(self.vocab), dtype=theta.dtype) if w is None else w.detach().clone()
         objectives = [self.objective(theta, w).item()]
@@ -358,6 +372,10 @@ class MicroEnvMDP:
     def q_by_observation(self, q: torch.Tensor, prompt: str, first: str) -> torch.Tensor:
         """(n_observations, V) the rows of q at the decision after the world's reply: Q((prompt, (first, o)), .)
         for each o in OBSERVATIONS. Histories that differ only in o are different states."""
+        check_float("q", q)
+        if tuple(q.shape) != self.shape:
+            raise ValueError(f"q must have shape {self.shape} (histories x vocabulary, e.g. mdp.q_values(theta) or "
+                             f"mdp.optimal_q_values()), got {tuple(q.shape)}")
         if (prompt, (first,)) not in self.history_index:
             raise ValueError(f"the world replies after a first token from {VOCAB[:-1]} of a prompt in "
                              f"{self.prompts}, got {prompt!r}, {first!r}")

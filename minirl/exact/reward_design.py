@@ -28,8 +28,9 @@ import torch
 from ..core import validate
 from ..core.advantages import group_normalize
 from ..core.losses import grpo_loss
+from ..core.ops import check_finite, check_float
 from . import micro
-from .group_updates import _multisets
+from .group_updates import _check_policy, _check_prompt, _multisets
 from .mdp import MicroMDP
 
 __all__ = ["correct", "formatted", "with_bonus", "sum_then_normalize", "normalize_then_sum", "COMBINATIONS",
@@ -37,13 +38,24 @@ __all__ = ["correct", "formatted", "with_bonus", "sum_then_normalize", "normaliz
 
 
 
+def _check_completion(prompt, completion) -> None:
+    """A prompt of the micro world and a completion: a non-empty tuple of tokens."""
+    if prompt not in micro.PROMPTS:
+        raise ValueError(f"unknown prompt {prompt!r}; the micro world's prompts are {micro.PROMPTS}")
+    if not isinstance(completion, tuple) or not completion:
+        raise TypeError(f"completion must be a non-empty tuple of tokens such as ('a', {micro.EOS!r}), got "
+                        f"{completion!r:.60}")
+
+
 def correct(prompt: str, completion: tuple[str, ...]) -> float:
     """1 when the completion ends with EOS and contains the prompt's goal token (the world's goal reward)."""
+    _check_completion(prompt, completion)
     return micro.terminal_reward(prompt, completion) / micro.GOAL_REWARD
 
 
 def formatted(prompt: str, completion: tuple[str, ...]) -> float:
     """1 when the completion is closed by EOS within two tokens (its own token and EOS)."""
+    _check_completion(prompt, completion)
     return float(completion[-1] == micro.EOS and len(completion) <= 2)
 
 
@@ -54,11 +66,21 @@ def with_bonus(weight: float) -> Callable[[str, tuple[str, ...]], float]:
 
 
 def _check_rewards(rewards: torch.Tensor, weights: torch.Tensor) -> None:
+    """rewards (..., G, K) finite floats, weights (K,) finite floats, G >= 2."""
+    check_float("rewards", rewards)
+    if not isinstance(weights, torch.Tensor):
+        raise TypeError(f"weights must be a torch.Tensor of one weight per reward, e.g. torch.tensor([1.0, 1.0], "
+                        f"dtype=torch.float64); got {type(weights).__name__}")
+    check_float("weights", weights)
+    if weights.dim() != 1:
+        raise ValueError(f"weights must be 1-D, one weight per reward (K,), got shape {tuple(weights.shape)}")
     if rewards.dim() < 2 or rewards.size(-1) != weights.numel():
         raise ValueError(f"rewards are (..., G, K) with one column per weight ({weights.numel()}), "
                          f"got shape {tuple(rewards.shape)}")
     if rewards.size(-2) < 2:
         raise ValueError("a group needs at least two completions to normalize")
+    check_finite("rewards", rewards)
+    check_finite("weights", weights)
 
 
 def _normalize(r: torch.Tensor) -> torch.Tensor:
@@ -87,9 +109,22 @@ def misranking_probability(mdp: MicroMDP, logits: torch.Tensor, group_size: int,
     """The probability that a group of `group_size` completions of a prompt (the prompts equally
     likely) sampled from the policy gives some wrong answer a strictly higher advantage than some
     correct one, when the advantages are `combine`((correct, formatted) rewards, weights); exact,
-    over every multiset of the four (correct, formatted) types."""
-    mdp.check_logits(logits)
+    over every multiset of the four (correct, formatted) types. combine may also be named by its key in
+    COMBINATIONS ('sum then normalize', 'normalize then sum')."""
+    _check_policy(mdp, logits)
     validate.integer("group_size", group_size, minimum=2)
+    if isinstance(combine, str):
+        validate.choice("combine", combine, list(COMBINATIONS))
+        combine = COMBINATIONS[combine]
+    if not callable(combine):
+        raise TypeError(f"combine must be a function (rewards, weights) -> advantages, e.g. "
+                        f"reward_design.sum_then_normalize or a key of COMBINATIONS; got {type(combine).__name__}")
+    if isinstance(weights, torch.Tensor) and weights.dim() == 1:
+        weights = weights.tolist()
+    if not isinstance(weights, (tuple, list)) or len(weights) != 2:
+        raise ValueError(f"weights must be a pair (weight of correct, weight of formatted), e.g. (1.0, 0.5); "
+                         f"got {weights!r:.60}")
+    weights = tuple(validate.number(f"weights[{k}]", x) for k, x in enumerate(weights))
     types = torch.tensor(list(itertools.product((0.0, 1.0), repeat=2)), dtype=torch.float64)  # (4, 2)
     w = torch.tensor(weights, dtype=torch.float64)
     total = 0.0
@@ -101,6 +136,10 @@ def misranking_probability(mdp: MicroMDP, logits: torch.Tensor, group_size: int,
         sets, prob = _multisets(q, group_size)
         r = types[sets]  # (n, G, 2)
         a = combine(r, w)  # (n, G)
+        if not isinstance(a, torch.Tensor) or a.shape != r.shape[:-1]:
+            raise ValueError(f"combine must return one advantage per completion, shape {tuple(r.shape[:-1])} for "
+                             f"rewards of shape {tuple(r.shape)}; got "
+                             f"{tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__}")
         right = r[..., 0] == 1
         best_wrong = torch.where(right, -math.inf, a).amax(-1)
         worst_right = torch.where(right, a, math.inf).amin(-1)
@@ -141,12 +180,13 @@ def random_reward_drift(mdp: MicroMDP, logits: torch.Tensor, prompt: str, group_
     sampled, sequence mean, no KL) on one group of `group_size` completions of `prompt`, whose
     rewards are fair coins drawn independently of the completions. clip_eps None: no clip (the
     ratio's gradient unbounded). Exact: every multiset of completions, every draw of the coins."""
-    mdp.check_logits(logits)
+    _check_policy(mdp, logits)
     validate.integer("group_size", group_size, minimum=2)
     validate.integer("inner_steps", inner_steps)
     validate.number("lr", lr, 0.0, open_low=True)
-    if prompt not in mdp.prompts:
-        raise ValueError(f"unknown prompt {prompt!r}; the micro world's prompts are {mdp.prompts}")
+    if clip_eps is not None:
+        validate.number("clip_eps", clip_eps, 0.0, finite=False)
+    _check_prompt(mdp, prompt)
     theta0 = logits.detach().double()
     old, mask = _completion_log_probs(mdp, theta0, prompt)  # (n, K)
     seq_logp = old.sum(-1)

@@ -69,6 +69,9 @@ def to_hf_gpt2(model: GPT, eos_token_id: int | None = None, pad_token_id: int | 
     generation config carry the EOS/BOS and PAD ids (the course tokenizer's unless given)."""
     from transformers import GenerationConfig, GPT2LMHeadModel
 
+    if not isinstance(model, GPT):
+        hint = " (a reward model exports with to_hf_reward_model)" if isinstance(model, RewardModel) else ""
+        raise TypeError(f"to_hf_gpt2 exports the course's GPT, got {type(model).__name__}{hint}")
     hf = load_weights(GPT2LMHeadModel(hf_config(model, eos_token_id, pad_token_id)), hf_state_dict(model))
     c = hf.config
     hf.generation_config = GenerationConfig(bos_token_id=c.bos_token_id, eos_token_id=c.eos_token_id,

@@ -96,13 +96,16 @@ def activation_bytes(shape: Shape, batch: int, seq_len: int, checkpointing: bool
     each layer keeps only its input (batch * seq_len * d_model values); without it, about 34 values
     per token and width and 5 * n_head * seq_len per token for attention scores, per layer
     (Korthikanti et al., 2022, for 16-bit activations, no flash attention)."""
+    if not isinstance(shape, Shape):
+        raise TypeError(f"shape must be a minirl.lm.memory.Shape, e.g. memory.SHAPES[8]; got {shape!r}")
     validate.integer("batch", batch, minimum=0)
     validate.integer("seq_len", seq_len, minimum=0)
+    validate.integer("bytes_per_value", bytes_per_value)
     tokens = batch * seq_len
     if checkpointing:
         per_layer = tokens * shape.d_model * bytes_per_value
-    else:
-        per_layer = tokens * shape.d_model * 34 + tokens * 5 * shape.n_head * seq_len
+    else:  # Korthikanti et al.'s bytes at 2 per value, scaled to bytes_per_value
+        per_layer = (tokens * shape.d_model * 34 + tokens * 5 * shape.n_head * seq_len) * bytes_per_value / 2
     return shape.n_layer * per_layer
 
 

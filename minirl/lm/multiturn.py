@@ -39,6 +39,11 @@ class Reply:
     text: str
     reward: float = 0.0
 
+    def __post_init__(self):
+        if not isinstance(self.text, str):
+            raise TypeError(f"a Reply's text must be a string, got {self.text!r:.60} ({type(self.text).__name__})")
+        validate.number("a Reply's reward", self.reward)
+
 
 class Environment(Protocol):
     """call_end: the text of the one token that ends a call (the environment answers when the
@@ -61,6 +66,8 @@ def sample_episodes(model: GPT, prompts: list[str], env: Environment, *, max_new
     token allowed, is an ordinary token. Rows are ordered prompt by prompt."""
     device = check_options(model, group_size, max_new_tokens, temperature, top_k, generator)
     max_calls = validate.integer("max_calls", max_calls, minimum=0)
+    if not isinstance(prompts, (str, list, tuple)):
+        raise TypeError(f"prompts must be a list of strings, e.g. ['q: 17+25= a:'], got {type(prompts).__name__}")
     enc = text_tokenizer(model, prompts, tokenizer)
     call_end, eos, pad = call_end_token(env, enc), enc.eot_token, enc.encode_single_token(PAD)
     ids, pmask = left_pad(enc.encode_ordinary_batch(prompts), pad, device)
@@ -105,7 +112,9 @@ def sample_episodes(model: GPT, prompts: list[str], env: Environment, *, max_new
 
 def environment_tokens(rollout: Rollout) -> torch.Tensor:
     """(B, T) bool: the tokens the environment wrote."""
-    if not isinstance(rollout, Rollout) or rollout.action_mask is None:
+    if not isinstance(rollout, Rollout):
+        raise TypeError(f"rollout must be a minirl Rollout from sample_episodes, got {type(rollout).__name__}")
+    if rollout.action_mask is None:
         raise ValueError("this needs a multi-turn rollout, whose action_mask says who wrote each token "
                          "(sample_episodes); a plain rollout's tokens are all the policy's")
     return (rollout.mask - rollout.action_mask).bool()
@@ -125,12 +134,16 @@ def calls(rollout: Rollout) -> torch.Tensor:
 def turns(rollout: Rollout) -> torch.Tensor:
     """(B, T) the turn of each token: the policy's k-th stretch of writing is turn k (0 first),
     and the environment's answer to the call that ends it is turn k too; -1 after EOS."""
-    resumes = rollout.action_mask.bool() & after(environment_tokens(rollout))  # the policy's first token after an answer
+    env = environment_tokens(rollout)  # first: it checks the rollout is a multi-turn one
+    resumes = rollout.action_mask.bool() & after(env)  # the policy's first token after an answer
     return resumes.long().cumsum(dim=1).masked_fill(rollout.mask == 0, -1)
 
 
 def call_end_token(env, enc) -> int:
     """The token id of env.call_end, which must be one token of the tokenizer."""
+    if isinstance(env, type):
+        raise TypeError(f"env must be an environment object, not the class {env.__name__}: pass {env.__name__}(), "
+                        "an instance")
     if not callable(getattr(env, "respond", None)) or not isinstance(getattr(env, "call_end", None), str):
         raise TypeError(f"env must have a call_end string (the token that ends a call) and a method respond(prompt, "
                         f"episode) -> Reply; got {type(env).__name__}")

@@ -24,7 +24,7 @@ from dataclasses import asdict
 
 import torch
 
-from ..core import paths
+from ..core import paths, validate
 from ..lm import multiturn
 from ..lm.model import CHECKPOINTS, GPT, load_model, save_checkpoint
 from ..lm.sampling import sample
@@ -40,6 +40,8 @@ CONFIG = SFTConfig(steps=2000, batch_size=32, lr=3e-4)  # the shipped model's se
 @torch.no_grad()
 def base_samples(prompts: list[str], seed: int) -> list[str]:
     """One sample of the base model per prompt (temperature 1): the demonstrations that do not call."""
+    tools.check_prompts("prompts", prompts)
+    seed = validate.integer("seed", seed, minimum=-2**63)
     rollout = sample(load_model("base"), prompts, max_new_tokens=tools.MAX_NEW_TOKENS,
                      generator=torch.Generator().manual_seed(seed))
     return rollout.texts
@@ -50,6 +52,11 @@ def tool_report(model: GPT, prompts: list[str], samples: int = 8, seed: int = 0)
     """Episodes with the calculator on `prompts` (`samples` each, temperature 1): the share right, the
     calls per episode, the share right with and without a call, and the share of calls that ask for
     the prompt's own sum."""
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a minirl GPT, e.g. minirl.load_model('tool'); got {type(model).__name__}")
+    tools.check_prompts("prompts", prompts)
+    samples = validate.integer("samples", samples)
+    seed = validate.integer("seed", seed, minimum=-2**63)
     rollout = multiturn.sample_episodes(model, prompts, tools.Calculator(), max_new_tokens=tools.MAX_NEW_TOKENS,
                                         group_size=samples, generator=torch.Generator().manual_seed(seed))
     right = tools.tool_reward(rollout.prompts, rollout.texts)
@@ -69,6 +76,7 @@ def tool_report(model: GPT, prompts: list[str], samples: int = 8, seed: int = 0)
 
 def build(seed: int = 0) -> dict:
     """Train the shipped tool model from the base model, measure it, save it with its card."""
+    seed = validate.integer("seed", seed, minimum=-2**63)
     config = SFTConfig(**{**asdict(CONFIG), "seed": seed})
     task = tasks.tool_task()
     demos = tools.tool_demos(task.train_prompts, direct=base_samples(task.train_prompts, seed), seed=seed)
