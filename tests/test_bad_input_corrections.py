@@ -35,9 +35,9 @@ def iw(logprobs=LOG_PI, behaviour=LOG_MU, mask=MASK, mode="token_truncate", cap=
 CASES = [
     # ------------------------------------------------------------ importance_weights
     ("importance_weights: probabilities for logprobs", lambda: iw(logprobs=PI), ValueError,
-     r"logprobs hold values > 0.*look like probabilities.*logprobs\.log\(\)"),
+     r"logprobs holds values in \[0, 1\], as probabilities do.*pass logprobs\.log\(\)"),
     ("importance_weights: probabilities for behaviour_logprobs", lambda: iw(behaviour=MU, mode="sequence_mask"),
-     ValueError, r"behaviour_logprobs hold values > 0.*probabilities.*behaviour_logprobs\.log\(\)"),
+     ValueError, r"behaviour_logprobs holds values in \[0, 1\], as probabilities do.*pass behaviour_logprobs\.log\(\)"),
     ("importance_weights: NaN log-prob on a real token", lambda: iw(logprobs=with_entry(LOG_PI, 0, 1, math.nan)),
      ValueError, r"logprobs hold NaN or inf on real \(mask = 1\) tokens"),
     ("importance_weights: -inf behaviour log-prob on a real token",
@@ -93,6 +93,14 @@ def test_padding_may_hold_anything(mode):
     assert torch.isfinite(r).all() and r[1, 2] == 0
     s = corrections.geometric_sequence_ratio(with_entry(LOG_PI, 1, 2, math.inf), LOG_MU, MASK)
     assert torch.allclose(s, torch.tensor([3.0 ** (1 / 3), 1.5 ** (1 / 2)], dtype=torch.float64), atol=1e-12)
+
+
+def test_made_up_log_ratios_above_zero_are_legal():
+    """A lesson's example log-probs (log 1.5 here, mixed with negative ones) are not probabilities: only
+    real tokens all in [0, 1] are refused as such."""
+    made_up = LOG_PI.clone()
+    made_up[0, 0] = math.log(1.5)
+    assert torch.isfinite(iw(logprobs=made_up)).all()
 
 
 def test_log_probs_at_zero_and_bool_mask_are_legal():

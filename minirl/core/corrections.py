@@ -27,12 +27,11 @@ from __future__ import annotations
 import torch
 
 from . import validate
-from .ops import check_float, check_mask, masked_mean, masked_sum, zero_padding
+from .ops import check_float, check_log_probs, check_mask, masked_mean, masked_sum, zero_padding
 
 __all__ = ["CORRECTIONS", "log_ratios", "importance_weights", "geometric_sequence_ratio"]
 
 CORRECTIONS = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-PROBABILITY_SLACK = 1e-3  # a log-prob above this on a real token is refused as a probability (rounding stays below)
 
 
 def _checked(logprobs, behaviour_logprobs, mask, other: str = "behaviour_logprobs") -> torch.Tensor:
@@ -72,8 +71,9 @@ def importance_weights(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor,
     detached (a weight, not a path for the gradient); 0 on padding.
 
     logprobs: log pi of the sampled tokens (the learner now); behaviour_logprobs: log mu (the
-    policy or sampler that drew them); each finite and <= 0 on the real tokens (checked: a value
-    above 0 is a probability passed for its log). cap: C, at least 1 (inf: the plain ratio, unbounded)."""
+    policy or sampler that drew them); each finite on the real tokens, and not all in [0, 1] there
+    (checked: that is what probabilities passed for their logs look like; made-up log-ratios above 0,
+    as a lesson's examples use, are fine). cap: C, at least 1 (inf: the plain ratio, unbounded)."""
     validate.choice("mode", mode, CORRECTIONS)
     cap = validate.number("cap", cap, 0.0, open_low=True, finite=False)
     if cap < 1:
@@ -81,9 +81,7 @@ def importance_weights(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor,
                          "shrink tokens that need no correction")
     m = _checked(logprobs, behaviour_logprobs, mask)
     for name, x in (("logprobs", logprobs), ("behaviour_logprobs", behaviour_logprobs)):
-        if bool((x.detach() > PROBABILITY_SLACK).logical_and(m).any()):
-            raise ValueError(f"{name} hold values > 0 on real tokens, which no log-prob can be (log p <= 0): they look "
-                             f"like probabilities; pass their logs, {name}.log()")
+        check_log_probs(name, x.detach()[m])  # the real tokens' values
     if mode.startswith("sequence") and logprobs.dim() != 2:
         raise ValueError(f"mode {mode!r} weighs whole rows: logprobs must be (B, T), one row a completion, got shape "
                          f"{tuple(logprobs.shape)}")
