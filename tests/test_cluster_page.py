@@ -42,7 +42,7 @@ def gpu_commands() -> list[str]:
 @pytest.mark.slow
 def test_the_pages_cpu_commands_run_as_written(tmp_path):
     commands = cpu_commands()
-    assert len(commands) == 8
+    assert len(commands) == 7  # in order, in one folder: section 8 trains section 1's small Llama
     for command in commands:
         args = shlex.split(command.replace("runs/", f"{tmp_path}/runs/"))
         assert args[0] == "python"
